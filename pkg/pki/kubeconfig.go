@@ -1,0 +1,60 @@
+package pki
+
+import (
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
+)
+
+// Names used in the kubeconfigs that Kubeconfig renders.
+const (
+	KubeconfigCluster = "knbox"
+	KubeconfigUser    = "knbox-admin"
+	KubeconfigContext = "knbox"
+)
+
+// Kubeconfig renders a kubeconfig (YAML) with one cluster "knbox" (server
+// and the CA as certificate-authority-data), one user "knbox-admin" (the
+// bearer token) and one context "knbox" (namespace default), which is the
+// current context.
+func Kubeconfig(server string, caPEM []byte, token string) ([]byte, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig server %q: %w", server, err)
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("kubeconfig server %q: want an https:// URL with a host", server)
+	}
+	if block, _ := pem.Decode(caPEM); block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("kubeconfig: CA is not a PEM certificate")
+	}
+	if token == "" {
+		return nil, errors.New("kubeconfig: token is empty")
+	}
+	cfg := clientcmdapi.NewConfig()
+	cluster := clientcmdapi.NewCluster()
+	cluster.Server = server
+	cluster.CertificateAuthorityData = caPEM
+	cfg.Clusters[KubeconfigCluster] = cluster
+	user := clientcmdapi.NewAuthInfo()
+	user.Token = token
+	cfg.AuthInfos[KubeconfigUser] = user
+	kctx := clientcmdapi.NewContext()
+	kctx.Cluster = KubeconfigCluster
+	kctx.AuthInfo = KubeconfigUser
+	kctx.Namespace = "default"
+	cfg.Contexts[KubeconfigContext] = kctx
+	cfg.CurrentContext = KubeconfigContext
+	// This is clientcmd.Write's body. The clientcmd package itself needs
+	// github.com/imdario/mergo, which go.sum does not hold yet.
+	out, err := runtime.Encode(clientcmdlatest.Codec, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode kubeconfig: %w", err)
+	}
+	return out, nil
+}
