@@ -1,0 +1,299 @@
+// Package apiserver serves the Knative Serving API (and the few core
+// Kubernetes kinds knbox needs) on the Kubernetes wire format: discovery,
+// CRUD, the status subresource, patches, watches and server-side tables, over
+// the durable store, with admission from package admission. kubectl and
+// Knative's generated clientset are its clients.
+//
+// It owns the semantics Kubernetes gives objects (uid, generation,
+// resourceVersion concurrency, ownerReferences and cascading deletion,
+// namespace lifecycle). It must not import the data plane (router, runtime):
+// controllers and the data plane read and write objects through it or the
+// store.
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/knbox/knbox/pkg/admission"
+	"github.com/knbox/knbox/pkg/store"
+)
+
+// DefaultMaxBodyBytes bounds a request body, as kube-apiserver does (3 MiB).
+const DefaultMaxBodyBytes = 3 << 20
+
+// Options configure a Server. Zero values are documented defaults.
+type Options struct {
+	Store    *store.Store
+	Kinds    *Kinds
+	Admitter *admission.Admitter
+	// Authenticate checks the Authorization header; nil lets every request
+	// in as "admin" (tests only).
+	Authenticate func(authorization string) (admission.User, bool)
+	// MaxBodyBytes bounds request bodies; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the API server. Create it with New, start its background work
+// with Start, and serve Handler().
+type Server struct {
+	opts  Options
+	store *store.Store
+	kinds *Kinds
+	log   *slog.Logger
+
+	// gc is the queue of the garbage collector and namespace finaliser;
+	// it carries one key: a full, level-triggered pass.
+	gc workqueue.RateLimitingInterface
+
+	openapiOnce sync.Once
+	openapi     map[string][]byte // group-version path -> OpenAPI v3 document
+}
+
+// New builds a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil || opts.Kinds == nil || opts.Admitter == nil {
+		return nil, fmt.Errorf("apiserver: Store, Kinds and Admitter are required")
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		opts: opts, store: opts.Store, kinds: opts.Kinds, log: opts.Logger,
+		gc: workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), "gc"),
+	}
+	if opts.Admitter.RuntimeClassExists == nil {
+		opts.Admitter.RuntimeClassExists = s.runtimeClassExists
+	}
+	return s, nil
+}
+
+// Start makes sure the default namespace exists and starts the garbage
+// collector, which runs until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.ensureNamespace(ctx, metav1.NamespaceDefault); err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		s.gc.ShutDown()
+	}()
+	s.gc.Add(gcKey) // finish what a previous run left half-done
+	go s.runGC(ctx)
+	return nil
+}
+
+func (s *Server) ensureNamespace(ctx context.Context, name string) error {
+	k := s.kinds.Lookup("", "namespaces")
+	ns := &corev1.Namespace{}
+	ns.Name = name
+	_, err := s.createObject(ctx, k, ns, admission.User{Name: "system:knbox"})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+type ctxKey int
+
+const userKey ctxKey = 0
+
+func userFrom(ctx context.Context) admission.User {
+	u, _ := ctx.Value(userKey).(admission.User)
+	return u
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serveHTTP)
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, fmt.Errorf("panic: %v", v))
+		}
+	}()
+	switch r.URL.Path {
+	case "/healthz", "/livez", "/readyz":
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	user := admission.User{Name: "admin", Groups: []string{"system:masters"}}
+	if s.opts.Authenticate != nil {
+		var ok bool
+		user, ok = s.opts.Authenticate(r.Header.Get("Authorization"))
+		if !ok {
+			writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+			return
+		}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), userKey, user))
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	}
+
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case p == "/version":
+		s.serveVersion(w, r)
+	case p == "/api":
+		s.serveAPIVersions(w, r)
+	case p == "/apis":
+		s.serveAPIGroups(w, r)
+	case p == "/openapi/v3" || strings.HasPrefix(p, "/openapi/v3/"):
+		s.serveOpenAPIV3(w, r, strings.TrimPrefix(strings.TrimPrefix(p, "/openapi/v3"), "/"))
+	case strings.HasPrefix(p, "/api/"):
+		s.serveGroupPath(w, r, "", strings.Split(strings.TrimPrefix(p, "/api/"), "/"))
+	case strings.HasPrefix(p, "/apis/"):
+		segs := strings.Split(strings.TrimPrefix(p, "/apis/"), "/")
+		if len(segs) == 1 {
+			s.serveAPIGroup(w, r, segs[0])
+			return
+		}
+		s.serveGroupPath(w, r, segs[0], segs[1:])
+	default:
+		writeError(w, apierrors.NewNotFound(metav1.SchemeGroupVersion.WithResource("").GroupResource(), ""))
+	}
+}
+
+// request is a parsed resource request.
+type request struct {
+	kind        *Kind
+	version     string
+	namespace   string
+	name        string
+	subresource string
+	watch       bool
+}
+
+// serveGroupPath handles /api/v1/... and /apis/{group}/{version}/...
+func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group string, segs []string) {
+	notFound := func() {
+		writeError(w, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource"))
+	}
+	if len(segs) == 0 || segs[0] == "" {
+		notFound()
+		return
+	}
+	version := segs[0]
+	segs = segs[1:]
+	if len(segs) == 0 {
+		s.serveResourceList(w, r, group, version)
+		return
+	}
+	req := request{version: version}
+	if segs[0] == "watch" {
+		req.watch = true
+		segs = segs[1:]
+	}
+	if len(segs) >= 3 && segs[0] == "namespaces" {
+		if k := s.kinds.Lookup(group, segs[2]); k != nil && k.Namespaced {
+			req.namespace = segs[1]
+			segs = segs[2:]
+		}
+	}
+	if len(segs) == 0 || len(segs) > 3 {
+		notFound()
+		return
+	}
+	req.kind = s.kinds.Lookup(group, segs[0])
+	if req.kind == nil || !req.kind.Serves(version) {
+		notFound()
+		return
+	}
+	if len(segs) > 1 {
+		req.name = segs[1]
+	}
+	if len(segs) > 2 {
+		req.subresource = segs[2]
+		if req.subresource != "status" || !req.kind.HasStatus {
+			notFound()
+			return
+		}
+	}
+	if req.kind.Namespaced && req.namespace == "" && (req.name != "" || r.Method == http.MethodPost) {
+		notFound()
+		return
+	}
+	if req.name == "" && r.URL.Query().Get("watch") == "true" || req.name == "" && r.URL.Query().Get("watch") == "1" {
+		req.watch = true
+	}
+
+	var err error
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case req.watch:
+			err = s.handleWatch(w, r, req)
+		case req.name == "":
+			err = s.handleList(w, r, req)
+		default:
+			err = s.handleGet(w, r, req)
+		}
+	case http.MethodPost:
+		if req.name != "" {
+			err = apierrors.NewMethodNotSupported(req.kind.GroupResource(), "create with a name in the path")
+			break
+		}
+		err = s.handleCreate(w, r, req)
+	case http.MethodPut:
+		if req.name == "" {
+			err = apierrors.NewMethodNotSupported(req.kind.GroupResource(), "update of a collection")
+			break
+		}
+		err = s.handleUpdate(w, r, req)
+	case http.MethodPatch:
+		if req.name == "" {
+			err = apierrors.NewMethodNotSupported(req.kind.GroupResource(), "patch of a collection")
+			break
+		}
+		err = s.handlePatch(w, r, req)
+	case http.MethodDelete:
+		if req.subresource != "" {
+			err = apierrors.NewMethodNotSupported(req.kind.GroupResource(), "delete of a subresource")
+			break
+		}
+		if req.name == "" {
+			err = s.handleDeleteCollection(w, r, req)
+			break
+		}
+		err = s.handleDelete(w, r, req)
+	default:
+		err = apierrors.NewMethodNotSupported(req.kind.GroupResource(), r.Method)
+	}
+	if err != nil {
+		if st := statusOf(err); st.Code == http.StatusInternalServerError {
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		writeError(w, err)
+	}
+}
+
+// writeWarnings adds Kubernetes-style Warning headers.
+func writeWarnings(w http.ResponseWriter, warns []string) {
+	for _, m := range warns {
+		b, _ := json.Marshal(m)
+		w.Header().Add("Warning", "299 - "+string(b))
+	}
+}
