@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	servingcfg "knative.dev/serving/pkg/apis/config"
-	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	autoscalercfg "knative.dev/serving/pkg/autoscaler/config"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver"

@@ -47,4 +47,3 @@ func errNotAcceptable(accept string) error {
 func invalid(gk schema.GroupKind, name string, errs field.ErrorList) error {
 	return apierrors.NewInvalid(gk, name, errs)
 }
-
