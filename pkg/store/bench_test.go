@@ -1,0 +1,91 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+)
+
+// benchValue is the size of a small Knative Service in JSON.
+var benchValue = bytes.Repeat([]byte("x"), 2048)
+
+func benchKey(i int) Key { return Key{svc, "default", fmt.Sprintf("svc-%06d", i)} }
+
+// fill creates n objects, one fsynced write each, as the apiserver would.
+func fill(b *testing.B, s *Store, n int) {
+	b.Helper()
+	for i := range n {
+		if _, err := s.Create(benchKey(i), func(int64) ([]byte, error) { return benchValue, nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCreate measures one durable write (one bbolt commit with fsync).
+func BenchmarkCreate(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Create(benchKey(i), func(int64) ([]byte, error) { return benchValue, nil }); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	fill(b, s, 1000)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Get(benchKey(i % 1000)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkList1000 lists 1000 objects of one namespace among 2000.
+func BenchmarkList1000(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	fill(b, s, 1000)
+	for i := range 1000 {
+		k := Key{svc, "other", fmt.Sprint(i)}
+		if _, err := s.Create(k, func(int64) ([]byte, error) { return benchValue, nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		list, _, err := s.List(svc, "default")
+		if err != nil || len(list) != 1000 {
+			b.Fatalf("List: %d entries, %v", len(list), err)
+		}
+	}
+}
+
+// BenchmarkWatchDelivery measures a write and its delivery to 10 watchers.
+func BenchmarkWatchDelivery(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	var chans []<-chan Event
+	for range 10 {
+		ch, err := s.Watch(b.Context(), svc, "", 0, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Create(benchKey(i), func(int64) ([]byte, error) { return benchValue, nil }); err != nil {
+			b.Fatal(err)
+		}
+		for _, ch := range chans {
+			<-ch
+		}
+		i++
+	}
+}
