@@ -78,7 +78,7 @@ func startEnv(t *testing.T, dir string) *env {
 	}
 	srv, err := apiserver.New(apiserver.Options{
 		Store:    st,
-		Kinds:    apiserver.DefaultKinds(nil),
+		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: &admission.Admitter{Serving: servingConfig(t)},
 		Authenticate: func(h string) (admission.User, bool) {
 			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+testToken)) == 1 {

@@ -40,8 +40,8 @@ type Options struct {
 	// Authenticate checks the Authorization header; nil lets every request
 	// in as "admin" (tests only).
 	Authenticate func(authorization string) (admission.User, bool)
-	// MaxBodyBytes bounds request bodies; 0 means DefaultMaxBodyBytes.
-	MaxBodyBytes int64
+	// MaxRequestBodyBytes bounds request bodies; 0 means DefaultMaxBodyBytes.
+	MaxRequestBodyBytes int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -67,8 +67,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil || opts.Kinds == nil || opts.Admitter == nil {
 		return nil, fmt.Errorf("apiserver: Store, Kinds and Admitter are required")
 	}
-	if opts.MaxBodyBytes == 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	if opts.MaxRequestBodyBytes == 0 {
+		opts.MaxRequestBodyBytes = DefaultMaxBodyBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -150,7 +150,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), userKey, user))
 	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBodyBytes)
 	}
 
 	p := strings.TrimSuffix(r.URL.Path, "/")

@@ -1,0 +1,117 @@
+// Package apiservertest starts a real knbox API server (real store, real
+// admission, real HTTPS) inside a test, for the tests of its clients.
+package apiservertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/pem"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	servingcfg "knative.dev/serving/pkg/apis/config"
+	autoscalercfg "knative.dev/serving/pkg/autoscaler/config"
+
+	"github.com/knbox/knbox/pkg/admission"
+	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/pki"
+	"github.com/knbox/knbox/pkg/store"
+)
+
+// Token is the bearer token the test server accepts (user "admin").
+const Token = "apiservertest-token"
+
+// Env is a running test server.
+type Env struct {
+	URL        string
+	Config     *rest.Config // authenticated client configuration
+	Kubeconfig string       // path of a kubeconfig for it
+	Store      *store.Store
+	CAPEM      []byte
+}
+
+// ServingConfig is Knative's default configuration with the feature flags
+// knbox turns on.
+func ServingConfig(t testing.TB) *servingcfg.Config {
+	t.Helper()
+	d, err := servingcfg.NewDefaultsConfigFromMap(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := servingcfg.NewFeaturesConfigFromMap(map[string]string{"kubernetes.podspec-runtimeclassname": "enabled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := autoscalercfg.NewConfigFromMap(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &servingcfg.Config{Defaults: d, Features: f, Autoscaler: a}
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// Start runs a server in dir ("" = a new temporary directory) until the
+// test ends.
+func Start(t testing.TB, dir string) *Env {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	st, err := store.Open(filepath.Join(dir, "knbox.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := apiserver.New(apiserver.Options{
+		Store:    st,
+		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
+		Admitter: &admission.Admitter{Serving: ServingConfig(t)},
+		Authenticate: func(h string) (admission.User, bool) {
+			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+Token)) == 1 {
+				return admission.User{Name: "admin", Groups: []string{"system:masters"}}, true
+			}
+			return admission.User{}, false
+		},
+		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(func() {
+		cancel()
+		ts.Close()
+		_ = st.Close()
+	})
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	kc, err := pki.Kubeconfig(ts.URL, caPEM, Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &Env{
+		URL: ts.URL, Store: st, CAPEM: caPEM, Kubeconfig: kcPath,
+		Config: &rest.Config{Host: ts.URL, BearerToken: Token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+			Timeout: 30 * time.Second, WarningHandler: rest.NoWarnings{}},
+	}
+}

@@ -1,0 +1,158 @@
+// Package daemon assembles `knbox serve`: it opens the store, creates the
+// API server's credentials, wires admission with knbox's configuration, and
+// serves the API (HTTPS) and the data plane (HTTP) until its context ends.
+//
+// It is wiring only: behaviour belongs to the packages it assembles.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/knbox/knbox/pkg/admission"
+	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/pki"
+	"github.com/knbox/knbox/pkg/store"
+)
+
+// KubeconfigFile is the kubeconfig written into the data directory at
+// start, with the server's real address; `knbox kubeconfig` prints it.
+const KubeconfigFile = "kubeconfig"
+
+// Run serves until ctx ends. ready, if not nil, is called once both
+// listeners accept connections.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(api, data string)) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	creds, err := pki.Ensure(cfg.DataDir, cfg.APIHosts)
+	if err != nil {
+		return err
+	}
+	authn, err := pki.NewAuthenticator(creds.Token, cfg.TokenAuthFile)
+	if err != nil {
+		return err
+	}
+	serving, err := cfg.Serving()
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(filepath.Join(cfg.DataDir, "knbox.db"), store.Options{})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+
+	srv, err := apiserver.New(apiserver.Options{
+		Store:    st,
+		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
+		Admitter: &admission.Admitter{Serving: serving},
+		Authenticate: func(h string) (admission.User, bool) {
+			u, ok := authn.Authenticate(h)
+			return admission.User{Name: u.Name, UID: u.UID, Groups: u.Groups}, ok
+		},
+		MaxRequestBodyBytes: cfg.MaxRequestBodyBytes,
+		Logger:              log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+
+	cert, err := tls.LoadX509KeyPair(creds.CertFile, creds.KeyFile)
+	if err != nil {
+		return fmt.Errorf("load serving certificate: %w", err)
+	}
+	apiLn, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --api-addr %s: %w", cfg.APIAddr, err)
+	}
+	dataLn, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		apiLn.Close()
+		return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	apiURL := "https://" + clientAddr(apiLn.Addr())
+	kc, err := pki.Kubeconfig(apiURL, creds.CACertPEM, creds.Token)
+	if err != nil {
+		return err
+	}
+	if err := writePrivate(filepath.Join(cfg.DataDir, KubeconfigFile), kc); err != nil {
+		return err
+	}
+
+	api := &http.Server{
+		Handler:           srv.Handler(),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	// The data plane (router) arrives with a later issue; until then every
+	// host is unknown.
+	data := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, "knbox: no route for host %q\n", r.Host)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
+	go func() { errc <- data.Serve(dataLn) }()
+	log.Info("knbox serving", "api", apiURL, "http", "http://"+dataLn.Addr().String(), "dataDir", cfg.DataDir)
+	if ready != nil {
+		ready(apiURL, "http://"+dataLn.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+	}
+	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	_ = api.Shutdown(shutdown)
+	_ = data.Shutdown(shutdown)
+	return err
+}
+
+// clientAddr is the address a local client dials: a wildcard listen
+// address becomes loopback, which the serving certificate covers.
+func clientAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Port))
+}
+
+func writePrivate(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kubectlEnv runs the real kubectl against a fresh knbox serve.
+type kubectlEnv struct {
+	t   *testing.T
+	bin string
+	env []string
+	srv *server
+}
+
+func newKubectl(t *testing.T) *kubectlEnv {
+	bin := requireTool(t, "kubectl")
+	dir := t.TempDir()
+	srv := startServer(t, dir, "")
+	home := t.TempDir() // kubectl's discovery cache lives here
+	return &kubectlEnv{t: t, bin: bin, srv: srv, env: []string{"KUBECONFIG=" + filepath.Join(dir, "kubeconfig"), "HOME=" + home}}
+}
+
+func (k *kubectlEnv) run(stdin string, args ...string) (string, error) {
+	k.t.Helper()
+	return run(k.t, k.env, stdin, k.bin, args...)
+}
+
+func (k *kubectlEnv) must(stdin string, args ...string) string {
+	k.t.Helper()
+	out, err := k.run(stdin, args...)
+	if err != nil {
+		k.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+const helloYAML = `apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: hello
+spec:
+  template:
+    spec:
+      containers:
+      - image: example.com/hello:v1
+        env:
+        - name: TARGET
+          value: knbox
+`
+
+func TestKubectlApplyGetPatchDelete(t *testing.T) {
+	k := newKubectl(t)
+
+	out := k.must(helloYAML, "apply", "-f", "-")
+	if !strings.Contains(out, "service.serving.knative.dev/hello created") {
+		t.Errorf("apply: %s", out)
+	}
+	// Applying the same file again changes nothing on the server. (kubectl
+	// may still say "configured": for kinds it has no schema for it sends a
+	// JSON merge patch, whose container list differs from the defaulted
+	// one, exactly as with Knative's CRDs on a cluster.)
+	rv1 := k.must("", "get", "ksvc", "hello", "-o", "jsonpath={.metadata.resourceVersion}/{.metadata.generation}")
+	k.must(helloYAML, "apply", "-f", "-")
+	if rv2 := k.must("", "get", "ksvc", "hello", "-o", "jsonpath={.metadata.resourceVersion}/{.metadata.generation}"); rv2 != rv1 {
+		t.Errorf("re-apply of the same file changed resourceVersion/generation %s -> %s", rv1, rv2)
+	}
+	// A changed file is a three-way merge patch.
+	out = k.must(strings.Replace(helloYAML, "hello:v1", "hello:v2", 1), "apply", "-f", "-")
+	if !strings.Contains(out, "service.serving.knative.dev/hello configured") {
+		t.Errorf("apply change: %s", out)
+	}
+	y := k.must("", "get", "ksvc", "hello", "-o", "yaml")
+	for _, want := range []string{"image: example.com/hello:v2", "generation: 2", "serving.knative.dev/creator: admin", "kubectl.kubernetes.io/last-applied-configuration"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("get -o yaml lacks %q:\n%s", want, y)
+		}
+	}
+
+	// Server-side table with Knative's columns.
+	out = k.must("", "get", "ksvc")
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	want := []string{"NAME", "URL", "LATESTCREATED", "LATESTREADY", "READY", "REASON", "AGE"}
+	if strings.Join(header, " ") != strings.Join(want, " ") {
+		t.Errorf("kubectl get ksvc header %v, want %v", header, want)
+	}
+	if !strings.Contains(out, "hello") {
+		t.Errorf("kubectl get ksvc: %s", out)
+	}
+	k.must("", "get", "ksvc,rev,rt,runtimeclass")
+	out = k.must("", "get", "rev")
+	if !strings.Contains(out, "No resources") && !strings.Contains(out, "CONFIG NAME") {
+		t.Errorf("get rev: %s", out)
+	}
+	out = k.must("", "get", "ns")
+	if !strings.Contains(out, "default") || !strings.Contains(out, "Active") {
+		t.Errorf("get ns: %s", out)
+	}
+
+	// Patches: strategic (kubectl's default), merge and json.
+	k.must("", "patch", "ksvc", "hello", "-p", `{"metadata":{"labels":{"tier":"web"}}}`)
+	k.must("", "patch", "ksvc", "hello", "--type", "merge", "-p", `{"metadata":{"annotations":{"note":"x"}}}`)
+	k.must("", "patch", "ksvc", "hello", "--type", "json", "-p", `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/hello:v3"}]`)
+	out = k.must("", "get", "ksvc", "-l", "tier=web", "-o", "jsonpath={.items[0].spec.template.spec.containers[0].image} {.items[0].metadata.annotations.note} {.items[0].metadata.generation}")
+	if out != "example.com/hello:v3 x 3" {
+		t.Errorf("after patches: %q", out)
+	}
+
+	// Invalid input: kubectl prints the field and the reason, as for a cluster.
+	bad := strings.Replace(helloYAML, "image: example.com/hello:v1", "image: \"\"", 1)
+	bad = strings.Replace(bad, "name: hello", "name: broken", 1)
+	out, err := k.run(bad, "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "spec.template.spec.containers[0].image") || !strings.Contains(out, "is invalid") {
+		t.Errorf("invalid apply: err=%v\n%s", err, out)
+	}
+	out, err = k.run(strings.Replace(helloYAML, "  template:", "  bogus: 1\n  template:", 1), "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, `unknown field "spec.bogus"`) {
+		t.Errorf("unknown field: err=%v\n%s", err, out)
+	}
+
+	// RuntimeClass, Secret and ConfigMap through kubectl too.
+	k.must("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: gvisor\nhandler: runsc\n", "apply", "-f", "-")
+	out = k.must("", "get", "runtimeclass")
+	if !strings.Contains(out, "gvisor") || !strings.Contains(out, "runsc") {
+		t.Errorf("get runtimeclass: %s", out)
+	}
+	k.must("", "create", "secret", "generic", "creds", "--from-literal=user=u")
+	k.must("", "create", "configmap", "cfg", "--from-literal=a=1")
+	k.must("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg2\ndata:\n  a: \"1\"\n", "apply", "-f", "-")
+	out = k.must("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg2\ndata:\n  a: \"2\"\n", "apply", "-f", "-")
+	if !strings.Contains(out, "configured") {
+		t.Errorf("configmap apply (strategic merge): %s", out)
+	}
+
+	out = k.must("", "delete", "ksvc", "hello")
+	if !strings.Contains(out, `service.serving.knative.dev "hello" deleted`) {
+		t.Errorf("delete: %s", out)
+	}
+	out, err = k.run("", "get", "ksvc", "hello")
+	if err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("get after delete: %v %s", err, out)
+	}
+}
+
+func TestKubectlGetWatch(t *testing.T) {
+	k := newKubectl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.bin, "get", "ksvc", "-w")
+	cmd.Env = append(os.Environ(), k.env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL) // our own child, by PID
+		_ = cmd.Wait()
+	}()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// kubectl has started its watch once it printed the empty list; then
+	// create two services and expect a row for each.
+	time.Sleep(0) // no sleep needed: rows for objects created later arrive by watch either way
+	k.must(helloYAML, "apply", "-f", "-")
+	k.must(strings.Replace(helloYAML, "name: hello", "name: second", 1), "apply", "-f", "-")
+	seen := map[string]bool{}
+	for !seen["hello"] || !seen["second"] {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("kubectl get -w ended early; saw %v", seen)
+			}
+			if f := strings.Fields(l); len(f) > 0 {
+				seen[f[0]] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("timed out; saw %v", seen)
+		}
+	}
+}

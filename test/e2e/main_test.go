@@ -1,0 +1,174 @@
+// Package e2e drives the built knbox binary as a user does: `knbox serve`,
+// then kubectl and knbox's own CLI, over real HTTPS on loopback.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var knboxBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "knbox-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	knboxBin = filepath.Join(dir, "knbox")
+	build := exec.Command("go", "build", "-o", knboxBin, "github.com/knbox/knbox/cmd/knbox")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build knbox:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireTool returns the path of a command the test needs. Where it is
+// missing the test skips, except in CI, where everything must run.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is required in CI (hack/install-deps.sh installs it): %v", name, err)
+	}
+	t.Skipf("%s not installed (run hack/install-deps.sh)", name)
+	return ""
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// server is one running `knbox serve`.
+type server struct {
+	t       *testing.T
+	dir     string
+	apiAddr string
+	cmd     *exec.Cmd
+	logMu   sync.Mutex
+	log     strings.Builder
+	exited  chan struct{}
+}
+
+// startServer runs knbox serve on dir with loopback addresses and waits
+// until it answers.
+func startServer(t *testing.T, dir, apiAddr string) *server {
+	t.Helper()
+	if apiAddr == "" {
+		apiAddr = freePort(t)
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	_ = os.Remove(kc)
+	s := &server{t: t, dir: dir, apiAddr: apiAddr, exited: make(chan struct{})}
+	s.cmd = exec.Command(knboxBin, "serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", "127.0.0.1:0")
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			s.logMu.Lock()
+			s.log.WriteString(sc.Text() + "\n")
+			s.logMu.Unlock()
+		}
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("knbox serve log:\n%s", s.logs())
+		}
+	})
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-s.exited:
+			t.Fatalf("knbox serve exited early:\n%s", s.logs())
+		default:
+		}
+		if _, err := os.Stat(kc); err == nil {
+			if resp, err := client.Get("https://" + apiAddr + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return s
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("knbox serve not ready after 60s:\n%s", s.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *server) logs() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.String()
+}
+
+// kill sends SIGKILL to the server process (ours, by PID) and waits.
+func (s *server) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.kill()
+	}
+}
+
+// run executes a command with a deadline and returns combined output.
+func run(t *testing.T, env []string, stdin string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
