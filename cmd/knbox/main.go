@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/daemon"
 )

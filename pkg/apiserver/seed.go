@@ -54,8 +54,12 @@ func SeedVersions() map[string]map[string]*AltVersion {
 		"Revision": alt(
 			func() runtime.Object { return &v1alpha1.Revision{} },
 			func() runtime.Object { return &v1alpha1.RevisionList{} },
-			func(o, _ runtime.Object) (runtime.Object, error) { return v1alpha1.RevisionToV1(o.(*v1alpha1.Revision)) },
-			func(o runtime.Object) (runtime.Object, error) { return v1alpha1.RevisionFromV1(o.(*servingv1.Revision)) },
+			func(o, _ runtime.Object) (runtime.Object, error) {
+				return v1alpha1.RevisionToV1(o.(*v1alpha1.Revision))
+			},
+			func(o runtime.Object) (runtime.Object, error) {
+				return v1alpha1.RevisionFromV1(o.(*servingv1.Revision))
+			},
 		),
 		"Route": alt(
 			func() runtime.Object { return &v1alpha1.Route{} },
