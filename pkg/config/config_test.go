@@ -1,0 +1,488 @@
+package config
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	netcfg "knative.dev/networking/pkg/config"
+	servingcfg "knative.dev/serving/pkg/apis/config"
+	ascfg "knative.dev/serving/pkg/autoscaler/config"
+	"knative.dev/serving/pkg/deployment"
+	gcconfig "knative.dev/serving/pkg/gc"
+	routecfg "knative.dev/serving/pkg/reconciler/route/config"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "knbox.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func mustParse(t *testing.T, content string) *Config {
+	t.Helper()
+	c, err := parse([]byte(content))
+	if err != nil {
+		t.Fatalf("parse:\n%s\nerror: %v", content, err)
+	}
+	return c
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	want := &Config{
+		APIAddr:             "127.0.0.1:6443",
+		HTTPAddr:            "127.0.0.1:8080",
+		DataDir:             "/var/lib/knbox",
+		MaxRequestBodyBytes: 3 * 1024 * 1024,
+		ConfigMaps:          map[string]map[string]string{},
+	}
+	if got := Default(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Default() = %+v, want %+v", got, want)
+	}
+	for name, content := range map[string]string{"empty": "", "comments only": "# nothing\n", "empty map": "{}\n"} {
+		c := mustParse(t, content)
+		if !reflect.DeepEqual(c, want) {
+			t.Errorf("%s file: %+v, want %+v", name, c, want)
+		}
+	}
+	c, err := Load("")
+	if err != nil || !reflect.DeepEqual(c, want) {
+		t.Errorf(`Load("") = %+v, %v`, c, err)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default() does not validate: %v", err)
+	}
+}
+
+// TestKnativeDefaults: with no ConfigMaps, every parsed config is Knative's
+// default but for knbox's documented deviations.
+func TestKnativeDefaults(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	s, err := c.Serving()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wantFeatures, _ := servingcfg.NewFeaturesConfigFromMap(nil)
+	if wantFeatures.PodSpecRuntimeClassName != servingcfg.Disabled {
+		t.Fatalf("Knative's runtimeClassName default changed to %q: revisit the deviation", wantFeatures.PodSpecRuntimeClassName)
+	}
+	wantFeatures.PodSpecRuntimeClassName = servingcfg.Enabled // the deviation
+	if !reflect.DeepEqual(s.Features, wantFeatures) {
+		t.Errorf("features = %+v\nwant %+v", s.Features, wantFeatures)
+	}
+	wantDefaults, _ := servingcfg.NewDefaultsConfigFromMap(nil)
+	if !reflect.DeepEqual(s.Defaults, wantDefaults) {
+		t.Errorf("defaults = %+v\nwant %+v", s.Defaults, wantDefaults)
+	}
+	wantAS, _ := ascfg.NewConfigFromMap(nil)
+	if !reflect.DeepEqual(s.Autoscaler, wantAS) {
+		t.Errorf("autoscaler = %+v\nwant %+v", s.Autoscaler, wantAS)
+	}
+
+	gc, err := c.GC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGC, _ := gcconfig.NewConfigFromConfigMapFunc(context.Background())(&corev1.ConfigMap{})
+	if !reflect.DeepEqual(gc, wantGC) {
+		t.Errorf("gc = %+v, want %+v", gc, wantGC)
+	}
+
+	n, err := c.Network()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.DomainTemplate != netcfg.DefaultDomainTemplate || n.TagTemplate != netcfg.DefaultTagTemplate {
+		t.Errorf("network templates %q %q", n.DomainTemplate, n.TagTemplate)
+	}
+
+	d, err := c.Domain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.LookupDomainForLabels(map[string]string{"app": "x"}); got != "localhost" {
+		t.Errorf("default domain = %q, want localhost", got)
+	}
+	if len(d.Domains) != 1 {
+		t.Errorf("domains = %v, want localhost only", d.Domains)
+	}
+
+	dep, err := c.Deployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.ProgressDeadline != deployment.ProgressDeadlineDefault || dep.QueueSidecarImage != QueueSidecarImageUnused {
+		t.Errorf("deployment = %+v", dep)
+	}
+}
+
+func TestRuntimeClassNameFeature(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		value string // "" = key absent
+		want  servingcfg.Flag
+	}{
+		{"", servingcfg.Enabled},
+		{"enabled", servingcfg.Enabled},
+		{"disabled", servingcfg.Disabled},
+		{"Disabled", servingcfg.Disabled},
+		{"allowed", servingcfg.Allowed},
+	}
+	for _, tt := range tests {
+		t.Run("value="+tt.value, func(t *testing.T) {
+			t.Parallel()
+			content := "configMaps:\n  config-features:\n    multi-container: enabled\n"
+			if tt.value != "" {
+				content += "    kubernetes.podspec-runtimeclassname: " + tt.value + "\n"
+			}
+			s, err := mustParse(t, content).Serving()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Features.PodSpecRuntimeClassName != tt.want {
+				t.Errorf("runtimeClassName = %q, want %q", s.Features.PodSpecRuntimeClassName, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadExampleFile(t *testing.T) {
+	t.Parallel()
+	c, err := Load(filepath.Join("..", "..", "examples", "knbox.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.APIAddr != DefaultAPIAddr || c.HTTPAddr != DefaultHTTPAddr || c.DataDir != DefaultDataDir ||
+		!reflect.DeepEqual(c.APIHosts, []string{"knbox.localhost"}) {
+		t.Errorf("loaded %+v", c)
+	}
+	if got := c.ConfigMaps["config-autoscaler"]["enable-scale-to-zero"]; got != "true" {
+		t.Errorf("unquoted boolean became %q", got)
+	}
+	s, err := c.Serving()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Features.PodSpecRuntimeClassName != servingcfg.Enabled || s.Autoscaler.StableWindow != time.Minute {
+		t.Errorf("serving config %+v %+v", s.Features, s.Autoscaler)
+	}
+	d, err := c.Domain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.LookupDomainForLabels(nil); got != "localhost" {
+		t.Errorf("domain = %q", got)
+	}
+}
+
+func TestLoadFullFile(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, `
+apiAddr: "[::1]:7443"
+httpAddr: 0.0.0.0:80
+dataDir: /srv/knbox
+tokenAuthFile: /etc/knbox/tokens.csv
+apiHosts: [box.example.com, 192.0.2.7, "*.apps.example.com"]
+maxRequestBodyBytes: 1048576
+configMaps:
+  config-features:
+    kubernetes.podspec-runtimeclassname: disabled
+    kubernetes.podspec-securitycontext: Enabled
+  config-defaults:
+    revision-timeout-seconds: "120"
+    max-revision-timeout-seconds: 900
+    container-concurrency: 10
+  config-autoscaler:
+    enable-scale-to-zero: false
+    stable-window: 2m
+    target-burst-capacity: -1
+    container-concurrency-target-percentage: 50
+  config-network:
+    domain-template: "{{.Name}}-{{.Namespace}}.{{.Domain}}"
+    rollout-duration: 30
+  config-domain:
+    example.com: ""
+    internal.example.com: |
+      selector:
+        visibility: internal
+  config-gc:
+    min-non-active-revisions: 2
+    max-non-active-revisions: disabled
+    retain-since-create-time: disabled
+  config-deployment:
+    progress-deadline: 60s
+    registries-skipping-tag-resolving: registry.local
+`)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.APIAddr != "[::1]:7443" || c.HTTPAddr != "0.0.0.0:80" || c.DataDir != "/srv/knbox" ||
+		c.TokenAuthFile != "/etc/knbox/tokens.csv" || c.MaxRequestBodyBytes != 1<<20 ||
+		!reflect.DeepEqual(c.APIHosts, []string{"box.example.com", "192.0.2.7", "*.apps.example.com"}) {
+		t.Errorf("settings: %+v", c)
+	}
+	s, err := c.Serving()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Features.PodSpecRuntimeClassName != servingcfg.Disabled || s.Features.PodSpecSecurityContext != servingcfg.Enabled {
+		t.Errorf("features: %+v", s.Features)
+	}
+	if s.Defaults.RevisionTimeoutSeconds != 120 || s.Defaults.MaxRevisionTimeoutSeconds != 900 || s.Defaults.ContainerConcurrency != 10 {
+		t.Errorf("defaults: %+v", s.Defaults)
+	}
+	if s.Autoscaler.EnableScaleToZero || s.Autoscaler.StableWindow != 2*time.Minute ||
+		s.Autoscaler.TargetBurstCapacity != -1 || s.Autoscaler.ContainerConcurrencyTargetFraction != 0.5 {
+		t.Errorf("autoscaler: %+v", s.Autoscaler)
+	}
+	n, err := c.Network()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.DomainTemplate != "{{.Name}}-{{.Namespace}}.{{.Domain}}" || n.RolloutDurationSecs != 30 || n.TagTemplate != netcfg.DefaultTagTemplate {
+		t.Errorf("network: %+v", n)
+	}
+	d, err := c.Domain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.LookupDomainForLabels(map[string]string{"visibility": "internal"}); got != "internal.example.com" {
+		t.Errorf("selected domain = %q", got)
+	}
+	if got := d.LookupDomainForLabels(nil); got != "example.com" {
+		t.Errorf("default domain = %q", got)
+	}
+	gc, err := c.GC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gc.MinNonActiveRevisions != 2 || gc.MaxNonActiveRevisions != gcconfig.Disabled || gc.RetainSinceCreateTime != gcconfig.Disabled {
+		t.Errorf("gc: %+v", gc)
+	}
+	dep, err := c.Deployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.ProgressDeadline != time.Minute || !dep.RegistriesSkippingTagResolving.Has("registry.local") {
+		t.Errorf("deployment: %+v", dep)
+	}
+}
+
+func TestDomainDeviation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		data   string
+		labels map[string]string
+		want   string
+	}{
+		{"selector only: localhost is the default", "    prod.example.com: |\n      selector:\n        env: prod\n", nil, "localhost"},
+		{"selector still wins", "    prod.example.com: |\n      selector:\n        env: prod\n", map[string]string{"env": "prod"}, "prod.example.com"},
+		{"Knative's cluster domain named by the user", "    " + routecfg.DefaultDomain + ": \"\"\n", nil, routecfg.DefaultDomain},
+		{"user default", "    example.org: \"\"\n", nil, "example.org"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := mustParse(t, "configMaps:\n  config-domain:\n"+tt.data).Domain()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.LookupDomainForLabels(tt.labels); got != tt.want {
+				t.Errorf("domain = %q, want %q (domains %v)", got, tt.want, d.Domains)
+			}
+		})
+	}
+}
+
+func TestLoadErrorsNameTheProblem(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		content string
+		want    []string
+	}{
+		{"unknown top-level key", "apiAdr: 127.0.0.1:1\n", []string{`unknown field "apiAdr"`}},
+		{"unknown nested type", "runtimes:\n  runc: {}\n", []string{`unknown field "runtimes"`}},
+		{"unknown ConfigMap", "configMaps:\n  config-featurs:\n    a: b\n", []string{`"config-featurs"`, "config-features"}},
+		{"bad apiAddr", "apiAddr: localhost\n", []string{"apiAddr", `"localhost"`}},
+		{"bad httpAddr port", "httpAddr: 127.0.0.1:http\n", []string{"httpAddr", `"http"`}},
+		{"port out of range", "httpAddr: 127.0.0.1:70000\n", []string{"httpAddr", `"70000"`}},
+		{"negative body limit", "maxRequestBodyBytes: -1\n", []string{"maxRequestBodyBytes"}},
+		{"bad api host", "apiHosts: [ok.example, \"bad host\"]\n", []string{"apiHosts[1]", `"bad host"`}},
+		{"wrong type", "apiHosts: box.example\n", []string{"field apiHosts"}},
+		{"list as ConfigMap value", "configMaps:\n  config-gc:\n    min-non-active-revisions: [1]\n", []string{"configMaps.config-gc.min-non-active-revisions", "string, number or boolean"}},
+		{"duplicate key", "dataDir: /a\ndataDir: /b\n", []string{"dataDir"}},
+		{"not YAML", "apiAddr: [\n", []string{"yaml"}},
+		{"unknown feature", "configMaps:\n  config-features:\n    kubernetes.podspec-runtimeclasname: enabled\n", []string{"config-features", `unknown feature "kubernetes.podspec-runtimeclasname"`}},
+		{"bad feature value", "configMaps:\n  config-features:\n    multi-container: yes-please\n", []string{"config-features", "multi-container", `"yes-please"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, tt.content)
+			_, err := Load(path)
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.content)
+			}
+			for _, w := range append(tt.want, path) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "none.yaml")
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestKnativeErrorText: a bad value in a Knative ConfigMap fails Load with
+// the error Knative's own parser gives, prefixed with the ConfigMap's name.
+func TestKnativeErrorText(t *testing.T) {
+	t.Parallel()
+	gcParse := func(d map[string]string) error {
+		_, err := gcconfig.NewConfigFromConfigMapFunc(context.Background())(&corev1.ConfigMap{Data: d})
+		return err
+	}
+	tests := []struct {
+		cm      string
+		data    map[string]string
+		knative func(map[string]string) error
+	}{
+		{"config-defaults", map[string]string{"revision-timeout-seconds": "900", "max-revision-timeout-seconds": "600"},
+			func(d map[string]string) error { _, err := servingcfg.NewDefaultsConfigFromMap(d); return err }},
+		{"config-defaults", map[string]string{"container-concurrency": "many"},
+			func(d map[string]string) error { _, err := servingcfg.NewDefaultsConfigFromMap(d); return err }},
+		{"config-autoscaler", map[string]string{"stable-window": "1s"},
+			func(d map[string]string) error { _, err := ascfg.NewConfigFromMap(d); return err }},
+		{"config-autoscaler", map[string]string{"max-scale-up-rate": "fast"},
+			func(d map[string]string) error { _, err := ascfg.NewConfigFromMap(d); return err }},
+		{"config-network", map[string]string{"domain-template": "{{.Name}}.{{.Namespace}}.{{.Domain}}/path"},
+			func(d map[string]string) error { _, err := netcfg.NewConfigFromMap(d); return err }},
+		{"config-network", map[string]string{"http-protocol": "sometimes"},
+			func(d map[string]string) error { _, err := netcfg.NewConfigFromMap(d); return err }},
+		{"config-gc", map[string]string{"min-non-active-revisions": "5", "max-non-active-revisions": "1"}, gcParse},
+		{"config-gc", map[string]string{"retain-since-create-time": "soon"}, gcParse},
+		{"config-domain", map[string]string{"example.com": "selector: [not, a, map]"},
+			func(d map[string]string) error {
+				_, err := routecfg.NewDomainFromConfigMap(&corev1.ConfigMap{Data: d})
+				return err
+			}},
+		{"config-deployment", map[string]string{"queue-sidecar-image": "x", "progress-deadline": "-1s"},
+			func(d map[string]string) error { _, err := deployment.NewConfigFromMap(d); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cm, func(t *testing.T) {
+			t.Parallel()
+			kerr := tt.knative(tt.data)
+			if kerr == nil {
+				t.Fatalf("Knative accepts %v", tt.data)
+			}
+			var b strings.Builder
+			b.WriteString("configMaps:\n  " + tt.cm + ":\n")
+			for k, v := range tt.data {
+				b.WriteString("    " + k + ": '" + v + "'\n")
+			}
+			_, err := parse([]byte(b.String()))
+			if err == nil {
+				t.Fatalf("accepted %v", tt.data)
+			}
+			if want := tt.cm + ": " + kerr.Error(); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q\nwant it to contain %q", err, want)
+			}
+		})
+	}
+}
+
+func TestConfigMapValueScalars(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `
+configMaps:
+  config-autoscaler:
+    enable-scale-to-zero: false
+    max-scale-up-rate: 100.5
+    initial-scale: 2
+    scale-to-zero-grace-period: 45s
+  config-deployment:
+    queue-sidecar-rootca:
+`)
+	want := map[string]string{
+		"enable-scale-to-zero":       "false",
+		"max-scale-up-rate":          "100.5",
+		"initial-scale":              "2",
+		"scale-to-zero-grace-period": "45s",
+	}
+	if got := c.ConfigMaps["config-autoscaler"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("data = %v, want %v", got, want)
+	}
+	if got, ok := c.ConfigMaps["config-deployment"]["queue-sidecar-rootca"]; !ok || got != "" {
+		t.Errorf("null value = %q, %v; want an empty string", got, ok)
+	}
+}
+
+func TestValidateAfterChange(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.HTTPAddr = "nope"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "httpAddr") {
+		t.Errorf("err = %v", err)
+	}
+	c = Default()
+	c.ConfigMaps["config-logging"] = map[string]string{}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `"config-logging"`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	example, err := os.ReadFile(filepath.Join("..", "..", "examples", "knbox.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(example))
+	f.Add("")
+	f.Add("apiAddr: 127.0.0.1:1\nconfigMaps:\n  config-gc:\n    min-non-active-revisions: 1\n")
+	f.Add("configMaps:\n  config-domain:\n    a.b: |\n      selector:\n        x: y\n")
+	f.Fuzz(func(t *testing.T, content string) {
+		c, err := parse([]byte(content))
+		if err != nil {
+			return
+		}
+		// Whatever Load accepts, every accessor must parse.
+		if _, err := c.Serving(); err != nil {
+			t.Fatalf("Serving after a valid Load: %v", err)
+		}
+		if _, err := c.GC(); err != nil {
+			t.Fatalf("GC after a valid Load: %v", err)
+		}
+		if _, err := c.Network(); err != nil {
+			t.Fatalf("Network after a valid Load: %v", err)
+		}
+		if _, err := c.Domain(); err != nil {
+			t.Fatalf("Domain after a valid Load: %v", err)
+		}
+		if _, err := c.Deployment(); err != nil {
+			t.Fatalf("Deployment after a valid Load: %v", err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Validate after a valid Load: %v", err)
+		}
+	})
+}
