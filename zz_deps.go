@@ -1,7 +1,7 @@
 // Temporary: pins the dependencies that parts under construction import, so
 // helpers working in parallel do not race on go.mod. Removed once they land.
 
-package main // import "github.com/knbox/knbox"
+package main
 
 import (
 	_ "github.com/google/go-containerregistry/pkg/registry"
