@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"net/url"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 )
 
 // Names used in the kubeconfigs that Kubeconfig renders.
@@ -50,9 +49,7 @@ func Kubeconfig(server string, caPEM []byte, token string) ([]byte, error) {
 	kctx.Namespace = "default"
 	cfg.Contexts[KubeconfigContext] = kctx
 	cfg.CurrentContext = KubeconfigContext
-	// This is clientcmd.Write's body. The clientcmd package itself needs
-	// github.com/imdario/mergo, which go.sum does not hold yet.
-	out, err := runtime.Encode(clientcmdlatest.Codec, cfg)
+	out, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encode kubeconfig: %w", err)
 	}

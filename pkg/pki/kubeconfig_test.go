@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // versionServer answers /version for the admin token only, as knbox's API
@@ -59,12 +57,10 @@ func TestKubeconfigLoadsAndConnects(t *testing.T) {
 		t.Errorf("not a YAML kubeconfig:\n%s", out)
 	}
 
-	// Load it the way client-go's clientcmd.Load does.
-	obj, err := runtime.Decode(clientcmdlatest.Codec, out)
+	cfg, err := clientcmd.Load(out)
 	if err != nil {
-		t.Fatalf("decode kubeconfig: %v\n%s", err, out)
+		t.Fatalf("clientcmd.Load: %v\n%s", err, out)
 	}
-	cfg := obj.(*clientcmdapi.Config)
 	kctx := cfg.Contexts[cfg.CurrentContext]
 	if cfg.CurrentContext != "knbox" || kctx == nil || kctx.Namespace != "default" {
 		t.Fatalf("current context %q: %+v", cfg.CurrentContext, kctx)
@@ -77,11 +73,18 @@ func TestKubeconfigLoadsAndConnects(t *testing.T) {
 		t.Fatalf("cluster %+v user %+v", cluster, user)
 	}
 
-	// And use it through client-go's transport: CA trust and bearer token.
-	restCfg := &rest.Config{
-		Host:            cluster.Server,
-		BearerToken:     user.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: cluster.CertificateAuthorityData},
+	// Build a rest.Config as kubectl and client-go programs do, and use it:
+	// CA trust and bearer token both come from the kubeconfig.
+	cc := clientcmd.NewDefaultClientConfig(*cfg, &clientcmd.ConfigOverrides{})
+	if ns, _, err := cc.Namespace(); err != nil || ns != "default" {
+		t.Errorf("namespace = %q, %v", ns, err)
+	}
+	restCfg, err := cc.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restCfg.Host != server || restCfg.BearerToken != c.Token {
+		t.Errorf("rest.Config host %q token %q", restCfg.Host, restCfg.BearerToken)
 	}
 	hc, err := rest.HTTPClientFor(restCfg)
 	if err != nil {
