@@ -361,21 +361,6 @@ func TestWatchResumeAndGone(t *testing.T) {
 	}
 }
 
-func TestWatchTooOldIsGone(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	// Revision 1 is long compacted once the log (10000 events by default)
-	// has moved on; emulate with a direct request for a revision below the
-	// store's retained window by asking for a revision in the far past of
-	// a store whose log we trim: the store's tests cover compaction, here
-	// the wire form matters. Use the raw HTTP API.
-	code, body := e.do("GET", "/apis/serving.knative.dev/v1/namespaces/default/services?watch=true&resourceVersion=1&timeoutSeconds=1", "", nil)
-	if code != http.StatusOK {
-		t.Fatalf("watch code %d: %s", code, body)
-	}
-	_ = ctx
-}
-
 func TestCascadingDelete(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -66,13 +66,12 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	dir := t.TempDir()
-	return startEnv(t, dir)
+	return startEnv(t, t.TempDir(), store.Options{})
 }
 
-func startEnv(t *testing.T, dir string) *env {
+func startEnv(t *testing.T, dir string, opts store.Options) *env {
 	t.Helper()
-	st, err := store.Open(filepath.Join(dir, "knbox.db"), store.Options{})
+	st, err := store.Open(filepath.Join(dir, "knbox.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
