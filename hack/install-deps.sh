@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Installs the commands that knbox's build and tests need, on Debian 12, as
+# root. Idempotent: a command already on PATH is left as it is, so a second
+# run installs nothing and needs no root.
+#
+# Add a dependency by adding "command:debian-package" to DEPS. A command that
+# needs more than apt gets a function install_<command> (see kubectl).
+set -euo pipefail
+
+DEPS=(
+	runc:runc
+	# Debian's kubernetes-client is kubectl v1.20, far outside kubectl's
+	# supported skew (one minor version) from the v1.29 API that knbox
+	# serves, so install_kubectl builds a v1.29 kubectl first and falls back
+	# to the package only if that fails.
+	kubectl:kubernetes-client
+)
+
+# kubectl of the Kubernetes line knbox speaks (k8s.io/api v0.29 in go.mod).
+KUBECTL_VERSION="${KUBECTL_VERSION:-v1.29.2}"
+INSTALL_DIR="${INSTALL_DIR:-/usr/local/bin}"
+
+export PATH="$PATH:/usr/local/go/bin"
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+need_root() {
+	[[ $(id -u) -eq 0 ]] || die "$1 is missing; run $0 as root to install it"
+}
+
+apt_updated=false
+apt_install() {
+	local pkg=$1
+	if [[ $apt_updated == false ]]; then
+		log "apt-get update"
+		apt-get update -qq >&2 || die "apt-get update failed"
+		apt_updated=true
+	fi
+	log "apt-get install $pkg"
+	apt-get install -y -qq --no-install-recommends "$pkg" >&2
+}
+
+# install_kubectl builds kubectl from the k8s.io/kubectl module through the Go
+# module proxy. `go install k8s.io/kubernetes/cmd/kubectl@v1.29.x` does not
+# work: k8s.io/kubernetes has replace directives (and its staging modules are
+# not in its module zip), and k8s.io/kubectl, which holds kubectl's code, has
+# no main package. So a throwaway module supplies a main that calls
+# kubectl's own command constructor.
+install_kubectl() {
+	local pkg=$1
+	if ! command -v go >/dev/null 2>&1; then
+		log "go not found; falling back to Debian's $pkg (kubectl v1.20)"
+		apt_install "$pkg"
+	elif ! build_kubectl; then
+		log "building kubectl failed; falling back to Debian's $pkg (kubectl v1.20)"
+		apt_install "$pkg"
+	fi
+}
+
+# build_kubectl runs in a subshell, so its EXIT trap removes its work dir.
+build_kubectl() (
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	minor=${KUBECTL_VERSION#v1.}
+	minor=${minor%%.*}
+	cat >"$tmp/go.mod" <<-EOF
+		module knbox.local/kubectl
+
+		go 1.22
+
+		require (
+			k8s.io/component-base v0.${KUBECTL_VERSION#v1.}
+			k8s.io/kubectl v0.${KUBECTL_VERSION#v1.}
+		)
+	EOF
+	cat >"$tmp/main.go" <<-'EOF'
+		// Command kubectl, built from the k8s.io/kubectl module.
+		package main
+
+		import (
+			"k8s.io/component-base/cli"
+			"k8s.io/kubectl/pkg/cmd"
+			"k8s.io/kubectl/pkg/cmd/util"
+		)
+
+		func main() {
+			if err := cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()); err != nil {
+				util.CheckErr(err)
+			}
+		}
+	EOF
+	v=k8s.io/client-go/pkg/version
+	cv=k8s.io/component-base/version
+	ldflags="-s -w -X $v.gitVersion=$KUBECTL_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+	ldflags+=" -X $cv.gitVersion=$KUBECTL_VERSION -X $cv.gitMajor=1 -X $cv.gitMinor=$minor"
+	log "building kubectl $KUBECTL_VERSION from k8s.io/kubectl (a few minutes on 2 cores)"
+	# Chained with &&: errexit does not apply inside `if ! build_kubectl`.
+	cd "$tmp" &&
+		go mod tidy >&2 &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o kubectl . >&2 &&
+		install -m 0755 kubectl "$INSTALL_DIR/kubectl" &&
+		log "installed $INSTALL_DIR/kubectl $KUBECTL_VERSION"
+)
+
+installed=()
+for dep in "${DEPS[@]}"; do
+	cmd=${dep%%:*}
+	pkg=${dep#*:}
+	if command -v "$cmd" >/dev/null 2>&1; then
+		continue
+	fi
+	need_root "$cmd"
+	if declare -F "install_$cmd" >/dev/null; then
+		"install_$cmd" "$pkg" || die "could not install $cmd"
+	else
+		apt_install "$pkg" || die "could not install $cmd (Debian package $pkg)"
+	fi
+	hash -r
+	command -v "$cmd" >/dev/null 2>&1 || die "$cmd is still not on PATH after installing it"
+	installed+=("$cmd")
+done
+
+if ((${#installed[@]})); then
+	log "installed: ${installed[*]}"
+fi
+for dep in "${DEPS[@]}"; do
+	cmd=${dep%%:*}
+	log "$cmd: $(command -v "$cmd")"
+done
