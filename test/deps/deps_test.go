@@ -24,6 +24,8 @@ var forbidden = map[string][]string{
 	"pkg/runtime":    {"pkg/"},
 	"pkg/image":      {"pkg/"},
 	"pkg/autoscaler": {"pkg/apiserver", "pkg/store", "pkg/router", "pkg/runtime", "pkg/daemon"},
+	"pkg/routing":    {"pkg/"},
+	"pkg/controller": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/runtime", "pkg/image"},
 	"pkg/router":     {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
 }
 

@@ -1,0 +1,248 @@
+// Package controller gives Knative's resources their meaning, as Knative
+// Serving's reconcilers do on a cluster: a Service owns a Configuration and
+// a Route; a Configuration stamps an immutable Revision for every template
+// change; a Revision is run by the runtime and reports its health; a Route
+// resolves its traffic to Revisions and publishes the routing table; old
+// Revisions are collected by config-gc's rules.
+//
+// The reconcilers are level-triggered: each reads observed state from
+// informers (list + watch of the API server, as any client) and converges,
+// so a restart converges to the same state. They write through Knative's
+// clientset, so every write goes through admission, and status only through
+// the status subresource. It must not import the API server, the store or
+// the data plane: it talks to the runtime through the Runtime interface and
+// to the router through the routing table.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	netcfg "knative.dev/networking/pkg/config"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+	informers "knative.dev/serving/pkg/client/informers/externalversions"
+	listers "knative.dev/serving/pkg/client/listers/serving/v1"
+	gcconfig "knative.dev/serving/pkg/gc"
+	routecfg "knative.dev/serving/pkg/reconciler/route/config"
+
+	"github.com/knbox/knbox/pkg/routing"
+)
+
+// Options configure a Controller.
+type Options struct {
+	Client  servingclient.Interface
+	Runtime Runtime
+	Routes  *routing.Table
+	Network *netcfg.Config
+	Domain  *routecfg.Domain
+	GC      *gcconfig.Config
+	// HTTPPort is the data plane's port; URLs carry it unless it is 80.
+	HTTPPort int
+	Clock    clock.Clock // nil: the real clock
+	Logger   *slog.Logger
+	// Resync re-reconciles everything this often (0: 10 minutes), which
+	// also drives time-based garbage collection.
+	Resync time.Duration
+}
+
+// Controller runs the reconcilers.
+type Controller struct {
+	opts   Options
+	client servingclient.Interface
+	log    *slog.Logger
+	clock  clock.Clock
+
+	factory   informers.SharedInformerFactory
+	services  listers.ServiceLister
+	configs   listers.ConfigurationLister
+	revisions listers.RevisionLister
+	routes    listers.RouteLister
+
+	queues map[string]workqueue.RateLimitingInterface
+	synced []cache.InformerSynced
+	refs   referenced
+}
+
+const (
+	kindService       = "Service"
+	kindConfiguration = "Configuration"
+	kindRevision      = "Revision"
+	kindRoute         = "Route"
+)
+
+// New builds a Controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	if opts.Client == nil || opts.Runtime == nil || opts.Routes == nil || opts.Network == nil || opts.Domain == nil || opts.GC == nil {
+		return nil, errors.New("controller: Client, Runtime, Routes, Network, Domain and GC are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Resync == 0 {
+		opts.Resync = 10 * time.Minute
+	}
+	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{}}
+	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
+	sv := c.factory.Serving().V1()
+	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()
+	for _, k := range []string{kindService, kindConfiguration, kindRevision, kindRoute} {
+		c.queues[k] = workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), k)
+	}
+
+	// Each kind's changes wake the reconcilers that read it.
+	c.watch(sv.Services().Informer(), func(o metaObject) {
+		c.enqueue(kindService, o.GetNamespace(), o.GetName())
+	})
+	c.watch(sv.Configurations().Informer(), func(o metaObject) {
+		c.enqueue(kindConfiguration, o.GetNamespace(), o.GetName())
+		c.enqueueOwner(kindService, o)
+		c.enqueueNamespace(kindRoute, o.GetNamespace())
+	})
+	c.watch(sv.Revisions().Informer(), func(o metaObject) {
+		c.enqueue(kindRevision, o.GetNamespace(), o.GetName())
+		if cfg := o.GetLabels()["serving.knative.dev/configuration"]; cfg != "" {
+			c.enqueue(kindConfiguration, o.GetNamespace(), cfg)
+		}
+		c.enqueueNamespace(kindRoute, o.GetNamespace())
+	})
+	c.watch(sv.Routes().Informer(), func(o metaObject) {
+		c.enqueue(kindRoute, o.GetNamespace(), o.GetName())
+		c.enqueueOwner(kindService, o)
+	})
+	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
+	return c, nil
+}
+
+type metaObject interface {
+	GetNamespace() string
+	GetName() string
+	GetLabels() map[string]string
+	GetOwnerReferences() []metav1.OwnerReference
+}
+
+func (c *Controller) watch(inf cache.SharedIndexInformer, f func(metaObject)) {
+	handle := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if m, ok := obj.(metaObject); ok {
+			f(m)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, n interface{}) { handle(n) },
+		DeleteFunc: handle,
+	})
+	c.synced = append(c.synced, inf.HasSynced)
+}
+
+func (c *Controller) enqueue(kind, namespace, name string) {
+	c.queues[kind].Add(namespace + "/" + name)
+}
+
+func (c *Controller) enqueueOwner(kind string, o metaObject) {
+	for _, ref := range o.GetOwnerReferences() {
+		if ref.Kind == kind && ref.Controller != nil && *ref.Controller {
+			c.enqueue(kind, o.GetNamespace(), ref.Name)
+		}
+	}
+}
+
+// enqueueNamespace wakes every object of kind in namespace (routes read
+// configurations and revisions by name, so any of them may care).
+func (c *Controller) enqueueNamespace(kind, namespace string) {
+	if kind != kindRoute {
+		return
+	}
+	rts, err := c.routes.Routes(namespace).List(everything())
+	if err != nil {
+		return
+	}
+	for _, r := range rts {
+		c.enqueue(kindRoute, r.Namespace, r.Name)
+	}
+}
+
+// Run starts the informers and reconcilers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	if workers <= 0 {
+		workers = 2
+	}
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("controller: informers did not sync")
+	}
+	reconcilers := map[string]func(context.Context, string, string) error{
+		kindService:       c.reconcileService,
+		kindConfiguration: c.reconcileConfiguration,
+		kindRevision:      c.reconcileRevision,
+		kindRoute:         c.reconcileRoute,
+	}
+	var wg sync.WaitGroup
+	for kind, rec := range reconcilers {
+		q := c.queues[kind]
+		for i := 0; i < workers; i++ {
+			wg.Add(1)
+			go func(kind string, rec func(context.Context, string, string) error) {
+				defer wg.Done()
+				for c.process(ctx, kind, q, rec) {
+				}
+			}(kind, rec)
+		}
+	}
+	// Garbage collection of old revisions runs on a timer too, because its
+	// rules depend on time passing.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(ctx context.Context) { c.collectAll(ctx) }, time.Minute)
+	}()
+	<-ctx.Done()
+	for _, q := range c.queues {
+		q.ShutDown()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) process(ctx context.Context, kind string, q workqueue.RateLimitingInterface, rec func(context.Context, string, string) error) bool {
+	item, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(item)
+	key := item.(string)
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		q.Forget(item)
+		return true
+	}
+	if err := rec(ctx, ns, name); err != nil {
+		if apierrors.IsConflict(err) {
+			c.log.Debug("reconcile conflict, retrying", "kind", kind, "key", key)
+		} else if ctx.Err() == nil {
+			c.log.Warn("reconcile failed", "kind", kind, "key", key, "err", err)
+		}
+		q.AddRateLimited(item)
+		return true
+	}
+	q.Forget(item)
+	return true
+}
+
+func everything() labels.Selector { return labels.Everything() }

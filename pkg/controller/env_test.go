@@ -1,0 +1,151 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
+	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/controller"
+	"github.com/knbox/knbox/pkg/routing"
+)
+
+// fakeRuntime stands in for the runtime (issue 4): images whose name
+// contains "missing" cannot be resolved; "crash" makes a revision fail;
+// everything else becomes ready with one instance.
+type fakeRuntime struct {
+	mu      sync.Mutex
+	subs    []func(string, string)
+	removed map[string]bool
+	ensured map[string]int
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}}
+}
+
+func (f *fakeRuntime) Resolve(_ context.Context, rev *servingv1.Revision) (string, error) {
+	img := rev.Spec.Containers[0].Image
+	if strings.Contains(img, "missing") {
+		return "", errors.New("MANIFEST_UNKNOWN: manifest unknown")
+	}
+	repo := strings.SplitN(img, ":", 2)[0]
+	return repo + "@sha256:" + strings.Repeat("ab", 32), nil
+}
+
+func (f *fakeRuntime) Ensure(_ context.Context, rev *servingv1.Revision) (controller.RevisionState, error) {
+	f.mu.Lock()
+	f.ensured[rev.Namespace+"/"+rev.Name]++
+	f.mu.Unlock()
+	if strings.Contains(rev.Spec.Containers[0].Image, "crash") {
+		return controller.RevisionState{Failed: true, Reason: "ExitCode1", Message: "Container failed with: boom", Desired: 1}, nil
+	}
+	return controller.RevisionState{Ready: true, Active: true, Actual: 1, Desired: 1, LogURL: "http://logs.example/" + rev.Name}, nil
+}
+
+func (f *fakeRuntime) Remove(_ context.Context, ns, name string) error {
+	f.mu.Lock()
+	f.removed[ns+"/"+name] = true
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRuntime) Subscribe(fn func(string, string)) {
+	f.mu.Lock()
+	f.subs = append(f.subs, fn)
+	f.mu.Unlock()
+}
+
+type env struct {
+	t       *testing.T
+	api     *apiservertest.Env
+	client  *servingclient.Clientset
+	dyn     *dynamic.DynamicClient
+	rt      *fakeRuntime
+	routes  *routing.Table
+	cfg     *config.Config
+	stopCtl func()
+}
+
+func newEnv(t *testing.T, gc map[string]string) *env {
+	t.Helper()
+	api := apiservertest.Start(t, "")
+	cl, err := servingclient.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	if gc != nil {
+		cfg.ConfigMaps = map[string]map[string]string{"config-gc": gc}
+	}
+	e := &env{t: t, api: api, client: cl, dyn: dyn, rt: newFakeRuntime(), routes: routing.NewTable(), cfg: cfg}
+	e.startController()
+	return e
+}
+
+func (e *env) startController() {
+	t := e.t
+	net, err := e.cfg.Network()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := e.cfg.Domain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, err := e.cfg.GC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := controller.New(controller.Options{
+		Client: e.client, Runtime: e.rt, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, 2); err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}()
+	e.stopCtl = func() { cancel(); <-done }
+	t.Cleanup(func() { e.stopCtl() })
+}
+
+// eventually polls cond until it returns nil or the deadline passes, and
+// reports the last reason.
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = cond(); last == nil {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %v", what, last)
+}
+
+var _ = fmt.Sprint
+
+func newTableForRestart() *routing.Table { return routing.NewTable() }

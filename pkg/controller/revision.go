@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+)
+
+func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) error {
+	cur, err := c.revisions.Revisions(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.opts.Runtime.Remove(ctx, ns, name)
+	}
+	if err != nil {
+		return err
+	}
+	if cur.DeletionTimestamp != nil {
+		return c.opts.Runtime.Remove(ctx, ns, name)
+	}
+	rev := cur.DeepCopy()
+	rev.Status.InitializeConditions()
+	defer func() { rev.Status.ObservedGeneration = rev.Generation }()
+
+	// Resolve the image to a digest once, when the revision is new; every
+	// instance runs that digest even if the tag moves later.
+	if len(rev.Status.ContainerStatuses) == 0 || rev.Status.ContainerStatuses[0].ImageDigest == "" {
+		digest, err := c.opts.Runtime.Resolve(ctx, rev)
+		if err != nil {
+			rev.Status.MarkContainerHealthyFalse(servingv1.ReasonContainerMissing,
+				servingv1.RevisionContainerMissingMessage(rev.Spec.Containers[0].Image, err.Error()))
+			rev.Status.MarkResourcesAvailableFalse(servingv1.ReasonContainerMissing, "the image could not be resolved")
+			rev.Status.ObservedGeneration = rev.Generation
+			return c.updateRevisionStatus(ctx, cur, rev)
+		}
+		rev.Status.ContainerStatuses = []servingv1.ContainerStatus{{Name: rev.Spec.Containers[0].Name, ImageDigest: digest}}
+		// Record the digest before anything runs it.
+		rev.Status.ObservedGeneration = rev.Generation
+		if err := c.updateRevisionStatus(ctx, cur, rev); err != nil {
+			return err
+		}
+		return nil // the status update wakes us again with the digest
+	}
+
+	st, err := c.opts.Runtime.Ensure(ctx, rev)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Failed && st.ResourcesFailed:
+		rev.Status.MarkResourcesAvailableFalse(st.Reason, st.Message)
+	case st.Failed:
+		rev.Status.MarkContainerHealthyFalse(st.Reason, st.Message)
+	case st.Ready:
+		rev.Status.MarkResourcesAvailableTrue()
+		rev.Status.MarkContainerHealthyTrue()
+	default:
+		rev.Status.MarkResourcesAvailableUnknown("Deploying", "")
+		rev.Status.MarkContainerHealthyUnknown("Deploying", "")
+	}
+	switch {
+	case st.Active:
+		rev.Status.MarkActiveTrue()
+	case !st.Failed:
+		rev.Status.MarkActiveFalse("NoTraffic", "The target is not receiving traffic.")
+	}
+	rev.Status.ActualReplicas = &st.Actual
+	rev.Status.DesiredReplicas = &st.Desired
+	rev.Status.LogURL = st.LogURL
+	rev.Status.ObservedGeneration = rev.Generation
+	return c.updateRevisionStatus(ctx, cur, rev)
+}
+
+func (c *Controller) updateRevisionStatus(ctx context.Context, cur, want *servingv1.Revision) error {
+	if equality.Semantic.DeepEqual(cur.Status, want.Status) {
+		return nil
+	}
+	_, err := c.client.ServingV1().Revisions(want.Namespace).UpdateStatus(ctx, want, metav1.UpdateOptions{})
+	return err
+}

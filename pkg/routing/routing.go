@@ -1,0 +1,98 @@
+// Package routing holds the routing table: what the Route controller
+// publishes and the router serves. It is a leaf: it imports nothing of
+// knbox, so the data plane can use it without the control plane.
+package routing
+
+import (
+	"sort"
+	"sync"
+)
+
+// Split is one weighted destination of a route.
+type Split struct {
+	Revision string // revision name, in the route's namespace
+	Percent  int64
+	Tag      string
+}
+
+// Route is one Knative Route as the data plane needs it.
+type Route struct {
+	Namespace string
+	Name      string
+	// Host is the route's main host; ClusterLocal routes are not served to
+	// external clients.
+	Host         string
+	ClusterLocal bool
+	// Traffic is the weighted split of the main host (percent sums to 100).
+	Traffic []Split
+	// Tags maps each tag's host to the revision it serves (100%).
+	Tags map[string]string
+}
+
+// Table is the set of published routes, safe for concurrent use. Readers
+// get immutable snapshots.
+type Table struct {
+	mu     sync.RWMutex
+	routes map[string]Route // namespace/name -> route
+	subs   []func()
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table { return &Table{routes: map[string]Route{}} }
+
+// Set publishes (or replaces) a route.
+func (t *Table) Set(r Route) {
+	t.mu.Lock()
+	t.routes[r.Namespace+"/"+r.Name] = r
+	subs := t.subs
+	t.mu.Unlock()
+	for _, f := range subs {
+		f()
+	}
+}
+
+// Delete removes a route.
+func (t *Table) Delete(namespace, name string) {
+	t.mu.Lock()
+	_, ok := t.routes[namespace+"/"+name]
+	delete(t.routes, namespace+"/"+name)
+	subs := t.subs
+	t.mu.Unlock()
+	if ok {
+		for _, f := range subs {
+			f()
+		}
+	}
+}
+
+// Get returns a route by namespace and name.
+func (t *Table) Get(namespace, name string) (Route, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	r, ok := t.routes[namespace+"/"+name]
+	return r, ok
+}
+
+// Routes returns every route, ordered by namespace and name.
+func (t *Table) Routes() []Route {
+	t.mu.RLock()
+	out := make([]Route, 0, len(t.routes))
+	for _, r := range t.routes {
+		out = append(out, r)
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Subscribe calls f after every change (f must not block).
+func (t *Table) Subscribe(f func()) {
+	t.mu.Lock()
+	t.subs = append(t.subs, f)
+	t.mu.Unlock()
+}
