@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 	"github.com/knbox/knbox/pkg/config"
