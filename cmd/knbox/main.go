@@ -60,6 +60,9 @@ func serveCommand() *cobra.Command {
 			if cmd.Flags().Changed("token-auth-file") {
 				cfg.TokenAuthFile = flags.TokenAuthFile
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			level := slog.LevelInfo
 			if debug {
 				level = slog.LevelDebug

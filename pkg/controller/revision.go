@@ -57,8 +57,12 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 		rev.Status.MarkResourcesAvailableTrue()
 		rev.Status.MarkContainerHealthyTrue()
 	default:
-		rev.Status.MarkResourcesAvailableUnknown("Deploying", "")
-		rev.Status.MarkContainerHealthyUnknown("Deploying", "")
+		reason := st.Reason
+		if reason == "" {
+			reason = "Deploying"
+		}
+		rev.Status.MarkResourcesAvailableUnknown(reason, st.Message)
+		rev.Status.MarkContainerHealthyUnknown(reason, st.Message)
 	}
 	switch {
 	case st.Active:

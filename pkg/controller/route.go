@@ -177,17 +177,10 @@ func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error 
 	rt.Status.InitializeConditions()
 	rt.Status.ObservedGeneration = rt.Generation
 
-	traffic, err := c.resolveTraffic(rt)
-	if te, ok := err.(*targetError); ok {
-		// Keep serving what was published before; say what is wrong.
-		te.mark(&rt.Status)
-		return c.updateRouteStatus(ctx, cur, rt)
-	}
-	if err != nil {
-		return err
-	}
+	// The URL and address are known before the traffic resolves, and are
+	// shown even while it does not (as Knative does).
 	var tags []string
-	for _, t := range traffic {
+	for _, t := range rt.Spec.Traffic {
 		if t.Tag != "" {
 			tags = append(tags, t.Tag)
 		}
@@ -197,7 +190,21 @@ func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error 
 		rt.Status.MarkUnknownTrafficError(err.Error())
 		return c.updateRouteStatus(ctx, cur, rt)
 	}
+	rt.Status.URL = c.url(host)
+	if local {
+		rt.Status.URL = &apis.URL{Scheme: "http", Host: host}
+	}
+	rt.Status.Address = &duckv1.Addressable{URL: &apis.URL{Scheme: "http", Host: name + "." + ns + "." + clusterLocalDomain}}
 
+	traffic, err := c.resolveTraffic(rt)
+	if te, ok := err.(*targetError); ok {
+		// Keep serving what was published before; say what is wrong.
+		te.mark(&rt.Status)
+		return c.updateRouteStatus(ctx, cur, rt)
+	}
+	if err != nil {
+		return err
+	}
 	entry := routing.Route{Namespace: ns, Name: name, Host: host, ClusterLocal: local, Tags: map[string]string{}}
 	for i := range traffic {
 		t := &traffic[i]
@@ -218,11 +225,6 @@ func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error 
 
 	rt.Status.Traffic = traffic
 	rt.Status.MarkTrafficAssigned()
-	rt.Status.URL = c.url(host)
-	if local {
-		rt.Status.URL = &apis.URL{Scheme: "http", Host: host}
-	}
-	rt.Status.Address = &duckv1.Addressable{URL: &apis.URL{Scheme: "http", Host: name + "." + ns + "." + clusterLocalDomain}}
 	rt.Status.MarkTLSNotEnabled("knbox serves plain HTTP; TLS termination is not configured")
 	rt.Status.PropagateIngressStatus(netv1alpha1.IngressStatus{Status: duckv1.Status{Conditions: duckv1.Conditions{{
 		Type: netv1alpha1.IngressConditionReady, Status: corev1.ConditionTrue}}}})

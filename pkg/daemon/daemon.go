@@ -7,7 +7,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,10 +20,15 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/rest"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+
 	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/pki"
+	"github.com/knbox/knbox/pkg/routing"
 	"github.com/knbox/knbox/pkg/store"
 )
 
@@ -52,11 +60,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	defer st.Close()
 
+	// The controllers are clients of the API like any other, with an
+	// identity of their own whose token lives only in memory.
+	internalToken, err := randomToken()
+	if err != nil {
+		return err
+	}
 	srv, err := apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: &admission.Admitter{Serving: serving},
 		Authenticate: func(h string) (admission.User, bool) {
+			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+internalToken)) == 1 {
+				return admission.User{Name: ControllerUser, Groups: []string{"system:knbox"}}, true
+			}
 			u, ok := authn.Authenticate(h)
 			return admission.User{Name: u.Name, UID: u.UID, Groups: u.Groups}, ok
 		},
@@ -113,6 +130,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	errc := make(chan error, 2)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
 	go func() { errc <- data.Serve(dataLn) }()
+	ctl, err := newController(cfg, apiURL, creds.CACertPEM, internalToken, dataLn.Addr(), log)
+	if err != nil {
+		return err
+	}
+	ctlDone := make(chan struct{})
+	go func() {
+		defer close(ctlDone)
+		if err := ctl.Run(ctx, 2); err != nil {
+			log.Error("controllers stopped", "err", err)
+		}
+	}()
+	defer func() { cancel(); <-ctlDone }()
 	log.Info("knbox serving", "api", apiURL, "http", "http://"+dataLn.Addr().String(), "dataDir", cfg.DataDir)
 	if ready != nil {
 		ready(apiURL, "http://"+dataLn.Addr().String())
@@ -130,6 +159,48 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	_ = api.Shutdown(shutdown)
 	_ = data.Shutdown(shutdown)
 	return err
+}
+
+// ControllerUser is the identity the in-process controllers act as.
+const ControllerUser = "system:knbox:controller"
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate internal token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// newController builds the reconcilers, talking to this server over
+// loopback HTTPS as the controller user.
+func newController(cfg *config.Config, apiURL string, caPEM []byte, token string, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
+	rc := &rest.Config{Host: apiURL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+		QPS: 200, Burst: 400, Timeout: 30 * time.Second, UserAgent: "knbox-controller", WarningHandler: rest.NoWarnings{}}
+	client, err := servingclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("controller client: %w", err)
+	}
+	network, err := cfg.Network()
+	if err != nil {
+		return nil, err
+	}
+	domain, err := cfg.Domain()
+	if err != nil {
+		return nil, err
+	}
+	gc, err := cfg.GC()
+	if err != nil {
+		return nil, err
+	}
+	port := 0
+	if tcp, ok := data.(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return controller.New(controller.Options{
+		Client: client, Runtime: pendingRuntime{}, Routes: routing.NewTable(),
+		Network: network, Domain: domain, GC: gc, HTTPPort: port, Logger: log.With("component", "controller"),
+	})
 }
 
 // clientAddr is the address a local client dials: a wildcard listen

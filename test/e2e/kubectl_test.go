@@ -77,6 +77,21 @@ func TestKubectlApplyGetPatchDelete(t *testing.T) {
 	if !strings.Contains(out, "service.serving.knative.dev/hello configured") {
 		t.Errorf("apply change: %s", out)
 	}
+	// The control plane turns the Service into a Configuration, a
+	// Revision per generation and a Route with a URL on the data plane.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out := k.must("", "get", "ksvc,cfg,rev,rt", "-o", "name")
+		url, _ := k.run("", "get", "ksvc", "hello", "-o", "jsonpath={.status.url}")
+		if strings.Contains(out, "revision.serving.knative.dev/hello-00002") && strings.Contains(out, "route.serving.knative.dev/hello") &&
+			strings.HasPrefix(url, "http://hello.default.localhost:") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control plane did not converge:\n%s\nurl=%q", out, url)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	y := k.must("", "get", "ksvc", "hello", "-o", "yaml")
 	for _, want := range []string{"image: example.com/hello:v2", "generation: 2", "serving.knative.dev/creator: admin", "kubectl.kubernetes.io/last-applied-configuration"} {
 		if !strings.Contains(y, want) {
