@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/knbox/knbox/pkg/cli"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/daemon"
 )
@@ -25,6 +26,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCommand())
+	root.AddCommand(cli.Commands()...)
 
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -106,25 +106,26 @@ func isDryRun(r *http.Request) (bool, error) {
 	return len(vs) > 0, nil
 }
 
-// decodeBody decodes a create or update body in the request's version and
-// returns it in the storage version. base is the stored object (nil on
+// decodeBodyAs decodes a create or update body in the request's version
+// and returns it in the storage version, and also as the client wrote it
+// (for error paths in its terms). base is the stored object (nil on
 // create), which converting some versions needs.
-func (s *Server) decodeBody(r *http.Request, req request, data []byte, base runtime.Object) (runtime.Object, []string, error) {
+func (s *Server) decodeBodyAs(r *http.Request, req request, data []byte, base runtime.Object) (runtime.Object, runtime.Object, []string, error) {
 	k := req.kind
 	tm, err := typeMeta(data)
 	if err != nil {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not a JSON object: %v", err))
+		return nil, nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not a JSON object: %v", err))
 	}
 	wantAPIVersion := schema.GroupVersion{Group: k.Group, Version: req.version}.String()
 	if tm.APIVersion != "" && tm.APIVersion != wantAPIVersion {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, wantAPIVersion))
+		return nil, nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, wantAPIVersion))
 	}
 	if tm.Kind != "" && tm.Kind != k.Kind {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s) of %s", tm.Kind, k.Kind, k.Resource))
+		return nil, nil, nil, apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s) of %s", tm.Kind, k.Kind, k.Resource))
 	}
 	fv, err := parseFieldValidation(r)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var into runtime.Object
 	av := k.Alt[req.version]
@@ -135,29 +136,29 @@ func (s *Server) decodeBody(r *http.Request, req request, data []byte, base runt
 	}
 	unknown, err := decodeStrict(data, into)
 	if err != nil {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %v", k.Kind, req.version, k.Kind, err))
+		return nil, nil, nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %v", k.Kind, req.version, k.Kind, err))
 	}
 	var warns []string
 	if len(unknown) > 0 {
 		switch fv {
 		case validationStrict:
-			return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: strict decoding error: %s", k.Kind, req.version, k.Kind, joinMsgs(unknown)))
+			return nil, nil, nil, apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: strict decoding error: %s", k.Kind, req.version, k.Kind, joinMsgs(unknown)))
 		case validationWarn:
 			warns = unknown
 		}
 	}
 	if av == nil {
-		return into, warns, nil
+		return into, into, warns, nil
 	}
 	name := accessor(into).Name
 	if err := av.Validate(into); err != nil {
-		return nil, nil, asInvalid(k, name, err, nil)
+		return nil, nil, nil, asInvalid(k, name, err, nil)
 	}
 	out, err := av.ToStorage(into, base)
 	if err != nil {
-		return nil, nil, asInvalid(k, name, err, nil)
+		return nil, nil, nil, asInvalid(k, name, err, nil)
 	}
-	return out, warns, nil
+	return out, into, warns, nil
 }
 
 func joinMsgs(ms []string) string {
@@ -363,7 +364,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, req reques
 	if body, err = toJSON(body, f); err != nil {
 		return err
 	}
-	obj, warns, err := s.decodeBody(r, req, body, nil)
+	obj, written, warns, err := s.decodeBodyAs(r, req, body, nil)
 	if err != nil {
 		return err
 	}
@@ -376,7 +377,6 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, req reques
 	} else {
 		m.Namespace = ""
 	}
-	written := obj.DeepCopyObject()
 	created, w2, err := s.create(r.Context(), req.kind, obj, userFrom(r.Context()), pathRewrite(req, written), dryRun)
 	if err != nil {
 		return err
@@ -490,7 +490,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, req reques
 		if err != nil {
 			return err
 		}
-		obj, warns, err := s.decodeBody(r, req, body, cur)
+		obj, written, warns, err := s.decodeBodyAs(r, req, body, cur)
 		if err != nil {
 			return err
 		}
@@ -510,7 +510,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, req reques
 		} else if req.kind.RequireResourceVersion {
 			return invalid(req.kind.GroupKind(), req.name, field.ErrorList{field.Invalid(field.NewPath("metadata", "resourceVersion"), "", "must be specified for an update")})
 		}
-		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, obj), dryRun)
+		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun)
 		if apierrors.IsConflict(err) && expect == 0 && attempt < 5 {
 			continue
 		}
@@ -669,7 +669,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 		if err != nil {
 			return err
 		}
-		obj, warns, err := s.decodeBody(r, req, patched, cur)
+		obj, written, warns, err := s.decodeBodyAs(r, req, patched, cur)
 		if err != nil {
 			return err
 		}
@@ -681,7 +681,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 		if pinned {
 			return conflict(req.kind, req.name)
 		}
-		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, obj), dryRun)
+		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun)
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}

@@ -152,6 +152,26 @@ spec:
 	if err == nil || !strings.Contains(err.Error(), "spec.runLatest.configuration.revisionTemplate.spec.container.image") {
 		t.Errorf("missing image in v1alpha1 terms: %v", err)
 	}
+	// Errors found by Knative's v1 validation after conversion are named in
+	// v1alpha1 terms too.
+	tooMany := fromYAML(t, `
+apiVersion: serving.knative.dev/v1alpha1
+kind: Service
+metadata:
+  name: toomany
+spec:
+  runLatest:
+    configuration:
+      revisionTemplate:
+        spec:
+          containerConcurrency: 5000
+          container:
+            image: img
+`)
+	_, err = c.Create(ctx, tooMany, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec.runLatest.configuration.revisionTemplate.spec.containerConcurrency") {
+		t.Errorf("v1 validation error in v1alpha1 terms: %v", err)
+	}
 }
 
 func TestServerSideTable(t *testing.T) {
