@@ -48,8 +48,9 @@ lint: ## gofmt, go vet, staticcheck, and go.mod/go.sum tidy
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 .PHONY: bench
-bench: ## run the benchmarks (bench/ will print comparison tables)
+bench: ## run the benchmarks: go test -bench, then the tables of bench/
 	$(GO) test -run=NONE -bench=. -benchmem -p 1 ./...
+	$(GO) run ./bench/api
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target (found with go test -list) for FUZZTIME each
