@@ -1,0 +1,119 @@
+// Package runtime runs containers from OCI bundles through handlers chosen by
+// name, as containerd's runtime table does: runc, runsc (gVisor), crun where
+// the host allows it, and process (a plain child process, for machines without
+// an OCI runtime).
+//
+// It knows nothing of Knative, images or networking: callers hand it a bundle
+// (a directory with config.json and a rootfs) and get back a Container to
+// signal, wait for and delete. It must not import other knbox packages.
+//
+// # How an OCI runtime is driven
+//
+// Create runs "<runtime> run" without --detach, as a child of this process in
+// its own process group. That runtime process is the container's monitor: it
+// is the parent (runc, crun) or grandparent (runsc, through its sandbox) of the
+// container's init, it reaps whatever the container leaves behind, and its own
+// exit status is the container's. Create returns once the runtime has written
+// the pid file (for runc after the process was started; for runsc once its
+// sandbox runs). The monitor is not tied to this process's lifetime: if the
+// daemon dies, containers keep running and Recover finds them again.
+//
+// Why not "run --detach" and PR_SET_CHILD_SUBREAPER: a detached runtime leaves
+// the container's init to the nearest subreaper, so the daemon would have to be
+// one. A subreaper inherits every orphan below it, not only container inits:
+// runsc's gofer, its sandbox's ptrace stubs (each in a session of its own) and
+// any daemon that a "process" container forks. Reaping those safely needs a
+// wait4(-1) reaper, and that races with os/exec (and with every other package
+// of the daemon that starts a child) for exit statuses. The other option the
+// OCI CLI offers, polling "runc state", cannot give an exit code at all, and
+// "runsc wait" from a non-parent reports "exit status unavailable" once the
+// sandbox is gone. A resident monitor costs about 2 MB of private memory per
+// runc container and gives exact exit codes without any process-wide setting.
+//
+// Exit status: the runtime CLIs report a death by signal n as exit code 128+n.
+// ExitStatus.Code keeps that number and Signal is read back from it (codes 129
+// to 192), which is also what Kubernetes shows; a program that calls exit(137)
+// itself is therefore reported as killed by SIGKILL. The process handler sees
+// the real wait status and reports it the same way. For a container that
+// Recover adopted, this process is no longer an ancestor of it: its exit is
+// observed through a pidfd and the code is unknown (Code -1).
+//
+// OOM: when the container's init was killed by SIGKILL and the memory cgroup it
+// ran in counts an OOM kill (cgroup v1 memory.oom_control "oom_kill", cgroup v2
+// memory.events "oom_kill"), ExitStatus.OOMKilled is set. The cgroup is read
+// when the monitor exits; runc keeps it until Delete because Create passes
+// --keep. runsc and crun have no --keep and remove the cgroups they created
+// before they exit, so for them OOMKilled stays false, unless the caller made
+// the memory cgroup (and wrote its limit) itself: runsc joins a cgroup that
+// exists, writes no limits into it and leaves it in place.
+//
+// Output: stdout and stderr are pipes whose read ends this process copies into
+// IO; stdin is /dev/null. There is no terminal (process.terminal must be
+// false). If the daemon dies, the read ends die with it and a container that
+// writes afterwards gets EPIPE (SIGPIPE by default); an adopted container's
+// output is not captured.
+//
+// Files: Create writes the runtime's pid file as "<id>.pid" into the bundle
+// directory and removes it once read; the runtime keeps its state under the
+// handler's Root (--root), which must belong to one handler alone.
+//
+// # cgroups
+//
+// The caller writes linux.resources and linux.cgroupsPath into config.json;
+// this package passes them through. With the cgroupfs driver (knbox does not
+// pass --systemd-cgroup) on a cgroup v1 host such as knbox's reference host
+// (hybrid layout: every controller on its own v1 hierarchy under
+// /sys/fs/cgroup/<controller>, an empty cgroup2 at /sys/fs/cgroup/unified),
+// runc and runsc read an absolute cgroupsPath "/knbox/x" as
+// /sys/fs/cgroup/<controller>/knbox/x in each v1 hierarchy, create what is
+// missing and write the limits. runc takes a relative path (and an empty one,
+// as the container's id) below the cgroup it runs in, which is the daemon's;
+// give absolute paths. runc removes the leaf at Delete (parents stay); runsc
+// removes the cgroups it created when the sandbox exits and
+// leaves cgroups that existed beforehand alone, without writing limits into
+// them. crun 1.8 refuses the hybrid layout ("cgroups in hybrid mode not
+// supported"); Available reports that.
+//
+// # runsc (gVisor)
+//
+// On knbox's reference host (Debian 12 runsc 20221219, Linux 6.18, nested in
+// a VM) runsc needs the global argument --network=host, for two reasons. With
+// its default --network=sandbox it refuses to start: it decides that it runs
+// in the root network namespace by probing /proc/sys/net/core/rmem_default,
+// which Linux 6.x provides in every network namespace. And with host network
+// the sandbox joins the network namespace named in the spec (or makes a new
+// one when the spec lists one without a path) and its sockets are real sockets
+// in that namespace, so a caller can dial the container on that namespace's
+// loopback; with the sandbox's own netstack they would not be (newer runsc
+// releases probe /proc/sys/net/core/dev_weight instead and start with
+// --network=sandbox, but its loopback is still gVisor's own). --network=none
+// runs with a loopback that only the sandbox sees. The default platform,
+// ptrace, works; --platform=kvm hangs at boot on this host, and systrap does
+// not exist in this runsc version. --ignore-cgroups is not needed on cgroup
+// v1. Every invocation (run, kill, delete, list) must carry the same global
+// arguments: runsc reads its network mode from the flags of each command.
+//
+// # The process handler
+//
+// process runs process.args with process.env (exactly, nothing inherited),
+// process.cwd, process.user.uid, gid and additionalGids, chrooted into the
+// bundle's root, in its own process group, with stdin, stdout and stderr as
+// above. It joins the network namespace named by path in the spec (setns on a
+// locked OS thread that then forks the child), makes a new one when the spec
+// lists a network namespace without a path (CLONE_NEWNET, whose loopback stays
+// down), and stays in the daemon's when the spec lists none. root.readonly is
+// honoured with a read-only bind mount of the root under the handler's state
+// directory (submounts of the root stay writable). When the main process
+// exits, the rest of its process group is killed, much as the end of a PID
+// namespace's init ends the namespace.
+//
+// It isolates nothing else. It does NOT apply: the other namespaces (PID,
+// mount, IPC, UTS, user, cgroup: the child sees and can signal every host
+// process its uid may signal, and shares the host's hostname and mounts);
+// the spec's mounts (no /proc, /dev, /sys or /tmp unless the root has them);
+// linux.resources and cgroupsPath (no memory or CPU limits, so OOMKilled is
+// never set); capabilities, noNewPrivileges, seccomp, AppArmor and SELinux
+// labels, rlimits, umask, masked and read-only paths, sysctls, devices, hooks
+// and hostname. A uid 0 process keeps every capability of the daemon and can
+// leave the chroot. Use it only for trusted code on machines without runc.
+package runtime
