@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -269,5 +268,3 @@ func (s *Server) orphanDependents(_ context.Context, uid types.UID) error {
 	}
 	return nil
 }
-
-var _ = corev1.NamespaceActive

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -421,6 +420,7 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 	m.DeletionTimestamp = nil
 	m.DeletionGracePeriodSeconds = nil
 	m.ManagedFields = nil
+	//lint:ignore SA1019 selfLink is never populated; clear what a client sent
 	m.SelfLink = ""
 	m.Generation = 0
 	if k.HasGeneration {
@@ -558,6 +558,7 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 	m.DeletionGracePeriodSeconds = om.DeletionGracePeriodSeconds
 	m.Generation = om.Generation
 	m.ManagedFields = nil
+	//lint:ignore SA1019 selfLink is never populated; clear what a client sent
 	m.SelfLink = ""
 	m.ResourceVersion = om.ResourceVersion
 	if om.DeletionTimestamp != nil {
@@ -939,5 +940,3 @@ func (s *Server) runtimeClassExists(_ context.Context, name string) (bool, error
 	}
 	return err == nil, err
 }
-
-var _ = types.UID("")

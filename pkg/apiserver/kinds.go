@@ -262,15 +262,6 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 	return ks
 }
 
-// hasField reports whether the object's struct has the named field.
-func hasField(obj runtime.Object, name string) bool {
-	v := reflect.ValueOf(obj)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	return v.Elem().FieldByName(name).IsValid()
-}
-
 // copyField sets dst.name = src.name (both the same struct type).
 func copyField(dst, src runtime.Object, name string) {
 	d := reflect.ValueOf(dst).Elem().FieldByName(name)
