@@ -9,6 +9,11 @@ set -euo pipefail
 
 DEPS=(
 	runc:runc
+	# gVisor, the sandboxed runtime of the runsc RuntimeClass.
+	runsc:runsc
+	# Tests build container root filesystems from a static busybox; Debian's
+	# plain busybox package is dynamically linked, so have_busybox checks.
+	busybox:busybox-static
 	# Debian's kubernetes-client is kubectl v1.20, far outside kubectl's
 	# supported skew (one minor version) from the v1.29 API that knbox
 	# serves, so install_kubectl builds a v1.29 kubectl first and falls back
@@ -104,11 +109,27 @@ build_kubectl() (
 		log "installed $INSTALL_DIR/kubectl $KUBECTL_VERSION"
 )
 
+# have_<command> overrides "on PATH" as the test that a command is usable.
+have_busybox() {
+	local b
+	b=$(command -v busybox 2>/dev/null) || return 1
+	# A static binary has no ELF interpreter (PT_INTERP).
+	! LC_ALL=C grep -qa 'ld-linux' "$b"
+}
+
+have() {
+	if declare -F "have_$1" >/dev/null; then
+		"have_$1"
+	else
+		command -v "$1" >/dev/null 2>&1
+	fi
+}
+
 installed=()
 for dep in "${DEPS[@]}"; do
 	cmd=${dep%%:*}
 	pkg=${dep#*:}
-	if command -v "$cmd" >/dev/null 2>&1; then
+	if have "$cmd"; then
 		continue
 	fi
 	need_root "$cmd"
@@ -118,7 +139,7 @@ for dep in "${DEPS[@]}"; do
 		apt_install "$pkg" || die "could not install $cmd (Debian package $pkg)"
 	fi
 	hash -r
-	command -v "$cmd" >/dev/null 2>&1 || die "$cmd is still not on PATH after installing it"
+	have "$cmd" || die "$cmd is still not usable after installing it"
 	installed+=("$cmd")
 done
 
