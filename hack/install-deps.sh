@@ -113,8 +113,8 @@ build_kubectl() (
 have_busybox() {
 	local b
 	b=$(command -v busybox 2>/dev/null) || return 1
-	# A static binary has no ELF interpreter (PT_INTERP).
-	! LC_ALL=C grep -qa 'ld-linux' "$b"
+	# ldd (libc-bin, always on Debian) fails on a static binary.
+	! ldd "$b" >/dev/null 2>&1
 }
 
 have() {
