@@ -91,6 +91,11 @@ type Config struct {
 	// config-gc, config-deployment) to its data. Absent ConfigMaps and keys
 	// take Knative's defaults, but for knbox's deviations above.
 	ConfigMaps map[string]map[string]string `json:"configMaps,omitempty"`
+	// Runtimes maps handler names to OCI runtimes (see Runtime); built in:
+	// runc, runsc, crun and process.
+	Runtimes map[string]Runtime `json:"runtimes,omitempty"`
+	// DefaultRuntimeClass is used by revisions that name no RuntimeClass.
+	DefaultRuntimeClass string `json:"defaultRuntimeClass,omitempty"`
 }
 
 // Default returns the configuration used when there is no file.
@@ -133,6 +138,8 @@ func parse(b []byte) (*Config, error) {
 		TokenAuthFile:       f.TokenAuthFile,
 		APIHosts:            f.APIHosts,
 		MaxRequestBodyBytes: f.MaxRequestBodyBytes,
+		Runtimes:            f.Runtimes,
+		DefaultRuntimeClass: f.DefaultRuntimeClass,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -165,6 +172,8 @@ type fileConfig struct {
 	APIHosts            []string                              `json:"apiHosts"`
 	MaxRequestBodyBytes int64                                 `json:"maxRequestBodyBytes"`
 	ConfigMaps          map[string]map[string]json.RawMessage `json:"configMaps"`
+	Runtimes            map[string]Runtime                    `json:"runtimes"`
+	DefaultRuntimeClass string                                `json:"defaultRuntimeClass"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -213,6 +222,7 @@ func (c *Config) applyDefaults() {
 	if c.ConfigMaps == nil {
 		c.ConfigMaps = map[string]map[string]string{}
 	}
+	c.applyRuntimeDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -255,6 +265,9 @@ func (c *Config) Validate() error {
 		if err := validateHost(h); err != nil {
 			return fmt.Errorf("apiHosts[%d]: %w", i, err)
 		}
+	}
+	if err := c.validateRuntimes(); err != nil {
+		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {
 		if _, ok := parsers[name]; !ok {

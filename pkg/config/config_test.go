@@ -44,6 +44,13 @@ func TestDefaults(t *testing.T) {
 		DataDir:             "/var/lib/knbox",
 		MaxRequestBodyBytes: 3 * 1024 * 1024,
 		ConfigMaps:          map[string]map[string]string{},
+		Runtimes: map[string]Runtime{
+			"runc":    {Type: "oci", Binary: "runc", Root: "/var/lib/knbox/runtimes/runc"},
+			"runsc":   {Type: "oci", Binary: "runsc", Root: "/var/lib/knbox/runtimes/runsc", Args: []string{"--network=host"}},
+			"crun":    {Type: "oci", Binary: "crun", Root: "/var/lib/knbox/runtimes/crun"},
+			"process": {Type: "process", Root: "/var/lib/knbox/runtimes/process"},
+		},
+		DefaultRuntimeClass: "runc",
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -315,7 +322,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		want    []string
 	}{
 		{"unknown top-level key", "apiAdr: 127.0.0.1:1\n", []string{`unknown field "apiAdr"`}},
-		{"unknown nested type", "runtimes:\n  runc: {}\n", []string{`unknown field "runtimes"`}},
+		{"unknown nested field", "runtimes:\n  runc:\n    bogus: 1\n", []string{`unknown field "bogus"`}},
 		{"unknown ConfigMap", "configMaps:\n  config-featurs:\n    a: b\n", []string{`"config-featurs"`, "config-features"}},
 		{"bad apiAddr", "apiAddr: localhost\n", []string{"apiAddr", `"localhost"`}},
 		{"bad httpAddr port", "httpAddr: 127.0.0.1:http\n", []string{"httpAddr", `"http"`}},

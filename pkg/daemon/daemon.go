@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
@@ -134,6 +135,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	kube, err := kubernetes.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	go setUpRuntimes(ctx, cfg, kube, log.With("component", "runtime"))
 	ctlDone := make(chan struct{})
 	go func() {
 		defer close(ctlDone)
@@ -172,12 +178,16 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
+// internalConfig is the client configuration of knbox's own components.
+func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
+	return &rest.Config{Host: apiURL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+		QPS: 200, Burst: 400, Timeout: 30 * time.Second, UserAgent: "knbox", WarningHandler: rest.NoWarnings{}}
+}
+
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
 func newController(cfg *config.Config, apiURL string, caPEM []byte, token string, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
-	rc := &rest.Config{Host: apiURL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
-		QPS: 200, Burst: 400, Timeout: 30 * time.Second, UserAgent: "knbox-controller", WarningHandler: rest.NoWarnings{}}
-	client, err := servingclient.NewForConfig(rc)
+	client, err := servingclient.NewForConfig(internalConfig(apiURL, caPEM, token))
 	if err != nil {
 		return nil, fmt.Errorf("controller client: %w", err)
 	}

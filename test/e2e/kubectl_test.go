@@ -210,3 +210,23 @@ func TestKubectlGetWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinRuntimeClasses: at start knbox probes its runtime handlers and
+// registers a RuntimeClass for each that works here (runc and runsc are
+// installed on every machine this runs on; process always works).
+func TestBuiltinRuntimeClasses(t *testing.T) {
+	requireTool(t, "runc")
+	requireTool(t, "runsc")
+	k := newKubectl(t)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out := k.must("", "get", "runtimeclass", "-o", "jsonpath={range .items[*]}{.metadata.name}={.handler} {end}")
+		if strings.Contains(out, "runc=runc") && strings.Contains(out, "runsc=runsc") && strings.Contains(out, "process=process") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runtime classes after 90s: %q\n%s", out, k.srv.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

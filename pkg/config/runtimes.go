@@ -1,0 +1,110 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Runtime is one entry of the runtimes table, as in containerd's: the name
+// is what a RuntimeClass's handler names, the rest says how to run it.
+type Runtime struct {
+	// Type is "oci" (a runc-compatible command line: runc, runsc, crun) or
+	// "process" (the entrypoint as a plain child process, no isolation
+	// beyond a chroot and a network namespace).
+	Type string `json:"type,omitempty"`
+	// Binary is the runtime's path or a name found in PATH (oci only).
+	Binary string `json:"binary,omitempty"`
+	// Root is the runtime's state directory; default DATA_DIR/runtimes/NAME.
+	Root string `json:"root,omitempty"`
+	// Args are global arguments given before every subcommand.
+	Args []string `json:"args,omitempty"`
+}
+
+// Runtime types.
+const (
+	RuntimeOCI     = "oci"
+	RuntimeProcess = "process"
+)
+
+// DefaultRuntimeClass is the RuntimeClass (and handler) of revisions that
+// name none.
+const DefaultRuntimeClass = "runc"
+
+// builtinRuntimes are always in the table unless the file redefines them.
+// runsc needs --network=host with Debian 12's gVisor: it refuses its own
+// network stack inside a network namespace it did not create, and with
+// host networking the sandbox joins the namespace given in the OCI spec
+// (which knbox creates per instance), so the instance is still isolated.
+func builtinRuntimes() map[string]Runtime {
+	return map[string]Runtime{
+		"runc":    {Type: RuntimeOCI, Binary: "runc"},
+		"runsc":   {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host"}},
+		"crun":    {Type: RuntimeOCI, Binary: "crun"},
+		"process": {Type: RuntimeProcess},
+	}
+}
+
+// applyRuntimeDefaults fills the runtimes table.
+func (c *Config) applyRuntimeDefaults() {
+	rts := builtinRuntimes()
+	for name, rt := range c.Runtimes {
+		// A file entry changes only the fields it sets.
+		b := rts[name]
+		if rt.Type != "" {
+			b.Type = rt.Type
+		}
+		if rt.Binary != "" {
+			b.Binary = rt.Binary
+		}
+		if rt.Root != "" {
+			b.Root = rt.Root
+		}
+		if rt.Args != nil {
+			b.Args = rt.Args
+		}
+		rts[name] = b
+	}
+	for name, rt := range rts {
+		if rt.Type == "" {
+			rt.Type = RuntimeOCI
+		}
+		if rt.Root == "" {
+			rt.Root = filepath.Join(c.DataDir, "runtimes", name)
+		}
+		rts[name] = rt
+	}
+	c.Runtimes = rts
+	if c.DefaultRuntimeClass == "" {
+		c.DefaultRuntimeClass = DefaultRuntimeClass
+	}
+}
+
+// validateRuntimes checks the runtimes table.
+func (c *Config) validateRuntimes() error {
+	for _, name := range slices.Sorted(maps.Keys(c.Runtimes)) {
+		rt := c.Runtimes[name]
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return fmt.Errorf("runtimes: %q is not a valid handler name: %s", name, errs[0])
+		}
+		switch rt.Type {
+		case RuntimeOCI:
+			if rt.Binary == "" {
+				return fmt.Errorf("runtimes.%s.binary: required for type oci", name)
+			}
+		case RuntimeProcess:
+			if rt.Binary != "" || len(rt.Args) > 0 {
+				return fmt.Errorf("runtimes.%s: type process takes no binary or args", name)
+			}
+		default:
+			return fmt.Errorf("runtimes.%s.type: %q is not oci or process", name, rt.Type)
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(c.DefaultRuntimeClass); len(errs) > 0 {
+		return fmt.Errorf("defaultRuntimeClass: %q: %s", c.DefaultRuntimeClass, errs[0])
+	}
+	return nil
+}

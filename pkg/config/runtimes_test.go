@@ -1,0 +1,59 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRuntimesTable(t *testing.T) {
+	c, err := parse([]byte(`
+dataDir: /srv/knbox
+runtimes:
+  kata:
+    binary: /opt/kata/bin/kata-runtime
+  runsc:
+    binary: /usr/local/bin/runsc
+    args: ["--platform=ptrace", "--network=host"]
+defaultRuntimeClass: runsc
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Runtimes["kata"]; got.Type != RuntimeOCI || got.Root != "/srv/knbox/runtimes/kata" {
+		t.Errorf("kata: %+v", got)
+	}
+	if got := c.Runtimes["runsc"]; got.Binary != "/usr/local/bin/runsc" || len(got.Args) != 2 {
+		t.Errorf("runsc override: %+v", got)
+	}
+	for _, name := range []string{"runc", "crun", "process"} {
+		if _, ok := c.Runtimes[name]; !ok {
+			t.Errorf("built-in %s missing", name)
+		}
+	}
+	if c.DefaultRuntimeClass != "runsc" {
+		t.Errorf("default class %q", c.DefaultRuntimeClass)
+	}
+	d := Default()
+	if d.DefaultRuntimeClass != "runc" || d.Runtimes["runsc"].Args[0] != "--network=host" {
+		t.Errorf("defaults: %q %+v", d.DefaultRuntimeClass, d.Runtimes["runsc"])
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{"runtimes:\n  Bad_Name:\n    binary: x\n", "not a valid handler name"},
+		{"runtimes:\n  x:\n    type: vm\n    binary: x\n", "is not oci or process"},
+		{"runtimes:\n  x:\n    type: oci\n", "binary: required"},
+		{"runtimes:\n  x:\n    type: process\n    binary: y\n", "takes no binary"},
+		{"runtimes:\n  x:\n    binray: y\n", "binray"},
+		{"runtimes:\n  runc: {}\n", ""},
+	} {
+		_, err := parse([]byte(bad.doc))
+		if bad.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", bad.doc, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want %q", bad.doc, err, bad.want)
+		}
+	}
+}
