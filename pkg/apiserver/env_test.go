@@ -2,14 +2,10 @@ package apiserver_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/subtle"
-	"encoding/pem"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,15 +13,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	servingcfg "knative.dev/serving/pkg/apis/config"
-	autoscalercfg "knative.dev/serving/pkg/autoscaler/config"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
-	"github.com/knbox/knbox/pkg/admission"
-	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 	"github.com/knbox/knbox/pkg/store"
 )
 
-const testToken = "test-token-0123456789"
+const testToken = apiservertest.Token
 
 // env is a running API server over a real store, reached over real HTTPS.
 type env struct {
@@ -40,29 +34,7 @@ type env struct {
 	dir     string
 }
 
-func servingConfig(t testing.TB) *servingcfg.Config {
-	t.Helper()
-	d, err := servingcfg.NewDefaultsConfigFromMap(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := servingcfg.NewFeaturesConfigFromMap(map[string]string{"kubernetes.podspec-runtimeclassname": "enabled"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := autoscalercfg.NewConfigFromMap(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &servingcfg.Config{Defaults: d, Features: f, Autoscaler: a}
-}
-
-type testLogWriter struct{ t testing.TB }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
+func servingConfig(t testing.TB) *servingcfg.Config { return apiservertest.ServingConfig(t) }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -71,40 +43,13 @@ func newEnv(t *testing.T) *env {
 
 func startEnv(t *testing.T, dir string, opts store.Options) *env {
 	t.Helper()
-	st, err := store.Open(filepath.Join(dir, "knbox.db"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := apiserver.New(apiserver.Options{
-		Store:    st,
-		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
-		Admitter: &admission.Admitter{Serving: servingConfig(t)},
-		Authenticate: func(h string) (admission.User, bool) {
-			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+testToken)) == 1 {
-				return admission.User{Name: "alice@example.com", Groups: []string{"system:masters"}}, true
-			}
-			return admission.User{}, false
-		},
-		Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(srv.Handler())
-	ts.EnableHTTP2 = true
-	ts.StartTLS()
-	t.Cleanup(func() {
-		cancel()
-		ts.Close()
-		_ = st.Close()
-	})
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
-	cfg := &rest.Config{Host: ts.URL, BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}, Timeout: 30 * time.Second, WarningHandler: rest.NoWarnings{}}
-	e := &env{t: t, url: ts.URL, cfg: cfg, http: ts.Client(), store: st, dir: dir}
+	api := apiservertest.StartWith(t, apiservertest.Options{Dir: dir, Store: opts, User: "alice@example.com"})
+	cfg := api.Config
+	e := &env{t: t, url: api.URL, cfg: cfg, store: api.Store, dir: dir}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(api.CAPEM)
+	e.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	var err error
 	if e.serving, err = servingclient.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -340,27 +340,32 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, req request)
 	return s.respondList(w, out, req, objs, metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)})
 }
 
+// readWrite reads what every create and update needs: the response
+// encoding, dry run, and the body as JSON.
+func readWrite(r *http.Request) (out output, dryRun bool, body []byte, err error) {
+	if out, err = negotiate(r); err != nil {
+		return
+	}
+	if dryRun, err = isDryRun(r); err != nil {
+		return
+	}
+	f, err := requestFormat(r, false)
+	if err != nil {
+		return
+	}
+	if body, err = readBody(r); err != nil {
+		return
+	}
+	body, err = toJSON(body, f)
+	return
+}
+
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, req request) error {
 	if req.subresource != "" {
 		return apierrors.NewMethodNotSupported(req.kind.GroupResource(), "create of a subresource")
 	}
-	out, err := negotiate(r)
+	out, dryRun, body, err := readWrite(r)
 	if err != nil {
-		return err
-	}
-	dryRun, err := isDryRun(r)
-	if err != nil {
-		return err
-	}
-	f, err := requestFormat(r, false)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if body, err = toJSON(body, f); err != nil {
 		return err
 	}
 	obj, written, warns, err := s.decodeBodyAs(r, req, body, nil)
@@ -465,23 +470,8 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 }
 
 func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, req request) error {
-	out, err := negotiate(r)
+	out, dryRun, body, err := readWrite(r)
 	if err != nil {
-		return err
-	}
-	dryRun, err := isDryRun(r)
-	if err != nil {
-		return err
-	}
-	f, err := requestFormat(r, false)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if body, err = toJSON(body, f); err != nil {
 		return err
 	}
 	ctx := r.Context()

@@ -62,14 +62,32 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Options adjust a test server; zero values are the defaults.
+type Options struct {
+	Dir   string        // "" = a new temporary directory
+	Store store.Options // e.g. a small EventLogSize
+	User  string        // the token's user; "" = "admin"
+}
+
 // Start runs a server in dir ("" = a new temporary directory) until the
 // test ends.
 func Start(t testing.TB, dir string) *Env {
 	t.Helper()
+	return StartWith(t, Options{Dir: dir})
+}
+
+// StartWith runs a server with opts until the test ends.
+func StartWith(t testing.TB, opts Options) *Env {
+	t.Helper()
+	dir := opts.Dir
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(filepath.Join(dir, "knbox.db"), store.Options{})
+	user := opts.User
+	if user == "" {
+		user = "admin"
+	}
+	st, err := store.Open(filepath.Join(dir, "knbox.db"), opts.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +97,7 @@ func Start(t testing.TB, dir string) *Env {
 		Admitter: &admission.Admitter{Serving: ServingConfig(t)},
 		Authenticate: func(h string) (admission.User, bool) {
 			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+Token)) == 1 {
-				return admission.User{Name: "admin", Groups: []string{"system:masters"}}, true
+				return admission.User{Name: user, Groups: []string{"system:masters"}}, true
 			}
 			return admission.User{}, false
 		},
