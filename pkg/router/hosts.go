@@ -1,0 +1,126 @@
+package router
+
+import (
+	"math/rand/v2"
+	"strings"
+
+	"github.com/knbox/knbox/pkg/routing"
+)
+
+// clusterLocalSuffix is the domain of every Route's cluster-local address.
+const clusterLocalSuffix = ".svc.cluster.local"
+
+// target is what one host serves: a Route's weighted split, or a tag's
+// revision.
+type target struct {
+	namespace, route string
+	tagRevision      string // a tag host: this revision only
+	splits           []routing.Split
+	total            int64
+}
+
+// pick chooses the revision for one request; "" if there is none.
+func (t *target) pick() string {
+	if t.tagRevision != "" {
+		return t.tagRevision
+	}
+	if t.total <= 0 {
+		return ""
+	}
+	n := rand.Int64N(t.total)
+	for _, s := range t.splits {
+		if n < s.Percent {
+			return s.Revision
+		}
+		n -= s.Percent
+	}
+	return t.splits[len(t.splits)-1].Revision
+}
+
+// hostIndex maps canonical hosts to targets. It is immutable once built.
+type hostIndex struct {
+	hosts map[string]*target
+}
+
+// lookup returns the target of a Host header; nil if unknown.
+func (x *hostIndex) lookup(host string) *target {
+	h := canonicalHost(host)
+	if h == "" {
+		return nil
+	}
+	return x.hosts[h]
+}
+
+// rebuildHosts rebuilds the host index from the table. Rebuilds are
+// serialised, so the last one stored read the newest table.
+func (r *Router) rebuildHosts() {
+	r.hostsMu.Lock()
+	defer r.hostsMu.Unlock()
+	r.hosts.Store(buildIndex(r.table.Routes(), r.external))
+}
+
+// buildIndex indexes routes (ordered by namespace and name: when two claim
+// the same host, the first wins). Published hosts win over the derived
+// cluster-local addresses.
+func buildIndex(routes []routing.Route, external bool) *hostIndex {
+	x := &hostIndex{hosts: map[string]*target{}}
+	add := func(host string, t *target) {
+		h := canonicalHost(host)
+		if h == "" {
+			return
+		}
+		if _, taken := x.hosts[h]; !taken {
+			x.hosts[h] = t
+		}
+	}
+	mains := make([]*target, len(routes))
+	for i, rt := range routes {
+		if external && rt.ClusterLocal {
+			continue
+		}
+		t := &target{namespace: rt.Namespace, route: rt.Name}
+		for _, s := range rt.Traffic {
+			if s.Percent > 0 && s.Revision != "" {
+				t.splits = append(t.splits, s)
+				t.total += s.Percent
+			}
+		}
+		mains[i] = t
+		add(rt.Host, t)
+		for host, rev := range rt.Tags {
+			if rev != "" {
+				add(host, &target{namespace: rt.Namespace, route: rt.Name, tagRevision: rev})
+			}
+		}
+	}
+	if !external {
+		for i, rt := range routes {
+			base := rt.Name + "." + rt.Namespace
+			add(base+clusterLocalSuffix, mains[i])
+			add(base+".svc", mains[i])
+			add(base, mains[i])
+		}
+	}
+	return x
+}
+
+// canonicalHost returns host without its port, in lower case, without a
+// trailing dot. It does not allocate when host is already canonical.
+func canonicalHost(host string) string {
+	switch {
+	case strings.HasPrefix(host, "["):
+		// An IP literal: "[::1]" or "[::1]:8080". No Route has one.
+		if i := strings.IndexByte(host, ']'); i > 0 {
+			host = host[:i+1]
+		}
+	case strings.Count(host, ":") == 1:
+		host = host[:strings.IndexByte(host, ':')]
+	}
+	host = strings.TrimSuffix(host, ".")
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(host)
+		}
+	}
+	return host
+}
