@@ -516,6 +516,12 @@ func TestNamespaces(t *testing.T) {
 	if s.Hostname != "localhost" {
 		t.Errorf("default hostname = %q", s.Hostname)
 	}
+	for _, p := range []string{"/proc/1/ns/net", "/proc/self/ns/net", "/proc/../proc/1/ns/net", "relative/ns"} {
+		in.NetNSPath = p
+		if _, err := Build(in); err == nil {
+			t.Errorf("network namespace %s was accepted", p)
+		}
+	}
 }
 
 func TestMaskedAndReadonlyPaths(t *testing.T) {

@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/knbox/knbox/pkg/network"
 )
 
 // requireRoot skips a test that needs root, unless CI is set: CI runs as
@@ -110,10 +116,44 @@ const (
 	mqueueMagic = "19800202"
 )
 
+// contractRun is a container started by startContract.
+type contractRun struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	config         []byte
+	lines          chan string // what the container wrote to /dev/log
+	termLog        string      // the host file behind /dev/termination-log
+}
+
 // runContract builds a spec for c with Build, runs the contract checker in it
 // with runc and returns what the checker saw, the syslog lines and the
 // termination log.
 func runContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy) (contractReport, string, string) {
+	t.Helper()
+	run := startContract(t, c, pod, policy, "")
+	if err := run.cmd.Wait(); err != nil {
+		t.Fatalf("runc run: %v\nstdout: %s\nstderr: %s\nconfig.json: %s", err, run.stdout.String(), run.stderr.String(), run.config)
+	}
+	var r contractReport
+	if err := json.Unmarshal(run.stdout.Bytes(), &r); err != nil {
+		t.Fatalf("checker output: %v\n%s\nstderr: %s", err, run.stdout.String(), run.stderr.String())
+	}
+	var got string
+	select {
+	case got = <-run.lines:
+	case <-time.After(5 * time.Second):
+	}
+	tl, err := os.ReadFile(run.termLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, got, string(tl)
+}
+
+// startContract builds a spec for c with Build (joining netns if given) and
+// starts the contract checker in it with runc ("runc run", in the
+// foreground), for at most a minute.
+func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy, netns string) *contractRun {
 	t.Helper()
 	requireRoot(t)
 	runc := requireBinary(t, "runc")
@@ -177,6 +217,7 @@ func runContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContex
 		CgroupsPath: id, // relative: below the test's own cgroups, removed by runc delete
 		EtcHosts:    hosts, EtcHostname: hostname, ResolvConf: resolv,
 		TerminationLog: termLog,
+		NetNSPath:      netns,
 		SyslogSocket:   sock,
 		Volumes:        map[string]Volume{"data": {Path: filepath.Join(dir, "vol")}},
 		MachineMemory:  8 << 30,
@@ -196,25 +237,18 @@ func runContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContex
 		removeCgroups(t, id)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, runc, "--root", state, "run", "--bundle", dir, id)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr // stdin: /dev/null
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("runc run: %v\nstdout: %s\nstderr: %s\nconfig.json: %s", err, stdout.String(), stderr.String(), b)
+	run := &contractRun{config: b, lines: lines, termLog: termLog}
+	run.cmd = exec.CommandContext(ctx, runc, "--root", state, "run", "--bundle", dir, id)
+	run.cmd.Stdout, run.cmd.Stderr = &run.stdout, &run.stderr // stdin: /dev/null
+	if err := run.cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
 	}
-	var r contractReport
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		t.Fatalf("checker output: %v\n%s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
-	var got string
-	select {
-	case got = <-lines:
-	case <-time.After(5 * time.Second):
-	}
-	tl, err := os.ReadFile(termLog)
-	must(err)
-	return r, got, string(tl)
+	t.Cleanup(func() {
+		cancel() // kills runc if it still runs; then the delete above removes the container
+		run.cmd.Wait()
+	})
+	return run
 }
 
 // removeCgroups removes what runc may have left of a relative cgroupsPath
@@ -431,4 +465,57 @@ func withOpenFiles(p Policy) Policy {
 		p.OpenFiles = min(DefaultOpenFiles, MaxOpenFiles())
 	}
 	return p
+}
+
+// TestContractNetworkWithRunc joins a container to a namespace from package
+// network and reaches its server the way the router will: by dialing into
+// the namespace's loopback on PORT.
+func TestContractNetworkWithRunc(t *testing.T) {
+	requireRoot(t)
+	root := filepath.Join(t.TempDir(), "netns")
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	ns, err := network.CreateIn(root, "contract")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Delete(); err != nil {
+			t.Error(err)
+		}
+	})
+	c := corev1.Container{Name: "user-container", Command: []string{"/check", "serve"}}
+	run := startContract(t, c, nil, Policy{}, ns.Path)
+
+	// The server needs a moment to listen: retry refused dials until a deadline.
+	var conn net.Conn
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err = ns.Dial(context.Background(), "tcp", "127.0.0.1:8080")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dial the container: %v\nstderr: %s", err, run.stderr.String())
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: hello\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "hello from hello-00001-abc (lo)"; string(body) != want {
+		t.Errorf("response %q, want %q", body, want)
+	}
+	if err := run.cmd.Wait(); err != nil {
+		t.Errorf("container: %v\nstderr: %s", err, run.stderr.String())
+	}
 }

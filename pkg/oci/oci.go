@@ -112,6 +112,11 @@ func Build(in Input) (*specs.Spec, error) {
 	if in.Rootfs == "" || !path.IsAbs(in.Rootfs) {
 		return nil, fmt.Errorf("build spec: rootfs %q is not an absolute path", in.Rootfs)
 	}
+	if p := path.Clean(in.NetNSPath); in.NetNSPath != "" && (!path.IsAbs(p) || strings.HasPrefix(p, "/proc/")) {
+		// /proc/<pid>/ns/net is how one names another process's (the
+		// host's) namespace: never an instance's.
+		return nil, fmt.Errorf("build spec: network namespace %q is not a namespace made for the instance", in.NetNSPath)
+	}
 	c := &in.Container
 	if err := refuseUnsafe(c, in.PodSecurity); err != nil {
 		return nil, err

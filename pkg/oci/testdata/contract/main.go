@@ -65,6 +65,10 @@ func errString(err error) string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		serve()
+		return
+	}
 	r := Report{
 		PID: os.Getpid(), Args: os.Args, Env: os.Environ(),
 		UID: os.Getuid(), GID: os.Getgid(),
@@ -245,4 +249,30 @@ func errnoOrNil(e syscall.Errno) error {
 		return nil
 	}
 	return e
+}
+
+// serve answers one HTTP request on $PORT (all addresses, as servers do) with
+// the hostname and the interfaces it sees, then exits.
+func serve() {
+	l, err := net.Listen("tcp", ":"+os.Getenv("PORT"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err := l.Accept()
+	if err != nil {
+		os.Exit(1)
+	}
+	defer c.Close()
+	buf := make([]byte, 4096)
+	c.Read(buf) // the request; its content does not matter
+	host, _ := os.Hostname()
+	var names []string
+	if ifs, err := net.Interfaces(); err == nil {
+		for _, i := range ifs {
+			names = append(names, i.Name)
+		}
+	}
+	body := fmt.Sprintf("hello from %s (%s)", host, strings.Join(names, ","))
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
