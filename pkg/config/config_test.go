@@ -46,7 +46,7 @@ func TestDefaults(t *testing.T) {
 		ConfigMaps:          map[string]map[string]string{},
 		Runtimes: map[string]Runtime{
 			"runc":    {Type: "oci", Binary: "runc", Root: "/var/lib/knbox/runtimes/runc"},
-			"runsc":   {Type: "oci", Binary: "runsc", Root: "/var/lib/knbox/runtimes/runsc", Args: []string{"--network=host"}},
+			"runsc":   {Type: "oci", Binary: "runsc", Root: "/var/lib/knbox/runtimes/runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
 			"crun":    {Type: "oci", Binary: "crun", Root: "/var/lib/knbox/runtimes/crun"},
 			"process": {Type: "process", Root: "/var/lib/knbox/runtimes/process"},
 		},

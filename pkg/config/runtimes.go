@@ -35,14 +35,17 @@ const (
 const DefaultRuntimeClass = "runc"
 
 // builtinRuntimes are always in the table unless the file redefines them.
-// runsc needs --network=host with Debian 12's gVisor: it refuses its own
-// network stack inside a network namespace it did not create, and with
-// host networking the sandbox joins the namespace given in the OCI spec
-// (which knbox creates per instance), so the instance is still isolated.
+// runsc (Debian 12's gVisor, 20221219) needs:
+//   - --network=host: it refuses its own network stack inside a network
+//     namespace it did not create; with host networking the sandbox joins
+//     the namespace given in the OCI spec (which knbox creates per
+//     instance), so the instance is still isolated;
+//   - --host-uds=open: to open the bind-mounted /dev/log syslog socket;
+//   - --oci-seccomp: to apply the spec's seccomp profile inside the sandbox.
 func builtinRuntimes() map[string]Runtime {
 	return map[string]Runtime{
 		"runc":    {Type: RuntimeOCI, Binary: "runc"},
-		"runsc":   {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host"}},
+		"runsc":   {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
 		"crun":    {Type: RuntimeOCI, Binary: "crun"},
 		"process": {Type: RuntimeProcess},
 	}

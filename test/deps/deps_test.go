@@ -25,6 +25,9 @@ var forbidden = map[string][]string{
 	"pkg/image":      {"pkg/"},
 	"pkg/autoscaler": {"pkg/apiserver", "pkg/store", "pkg/router", "pkg/runtime", "pkg/daemon"},
 	"pkg/routing":    {"pkg/"},
+	"pkg/oci":        {"pkg/"},
+	"pkg/network":    {"pkg/"},
+	"pkg/instance":   {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
 	"pkg/controller": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/runtime", "pkg/image"},
 	"pkg/router":     {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
 }
