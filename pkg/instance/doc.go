@@ -1,0 +1,84 @@
+// Package instance runs each Revision as a set of instances: it resolves and
+// pulls the image, prepares each instance (overlay root filesystem, network
+// namespace, OCI bundle per the runtime contract, log files, syslog socket,
+// termination log), starts it with the handler its RuntimeClass names,
+// probes it, restarts it with backoff when it crashes, stops it in order
+// (drain, SIGTERM, grace, SIGKILL), and tells the Revision reconciler
+// (controller.Runtime) and the router (router.Instances) what it knows.
+//
+// It must not import the API server or the store: Secrets and ConfigMaps
+// come through the Lookup interface, RuntimeClasses through a function.
+//
+// # Revisions
+//
+// Ensure starts a revision's loop, which pulls the digest that Resolve
+// returned (the revision's status.containerStatuses[0].imageDigest) once and
+// keeps the number of instances at the wanted scale: what SetScale (the
+// autoscaler) last said, at least one (Activate, the router's scale from
+// zero), and at least one until the revision has been ready once, so that
+// every new revision starts one instance even without traffic (the
+// deployment probe). A revision is Ready once one instance has passed its
+// readiness probe; it stays Ready when scaled to zero.
+//
+// Failures are reported as Knative reports them: an image that cannot be
+// pulled is retried with backoff and reported as ImagePullBackOff; a
+// RuntimeClass or handler that does not exist as RuntimeClassNotFound or
+// RuntimeHandlerNotFound (resources failed); a container that cannot be
+// created as CreateContainerConfigError (a Secret missing, a spec the
+// operator's policy refuses) or RunContainerError (the runtime failed, with
+// the handler's name and its message); a container that exits before the
+// revision was ever ready as ExitCode<N> with its termination message; and a
+// revision that is not ready within the progress deadline as
+// ProgressDeadlineExceeded, after which its instances are stopped until the
+// router activates it again.
+//
+// # Instances
+//
+// Each instance has a directory StateDir/instances/<id> (id is
+// "<revision>-<8 random characters>") holding instance.json (written first,
+// so that Recover knows what to remove), the bundle's config.json, the
+// overlay (rootfs, upper, work), the files bind-mounted into the container
+// (/etc/hosts, /etc/hostname, /etc/resolv.conf, the termination log, the
+// /dev/log socket) and the Secret, ConfigMap and emptyDir volumes. Its
+// network namespace is created by package network; the router and the
+// probes dial 127.0.0.1:$PORT inside it.
+//
+// The environment is PORT (the containerPort, default 8080), K_SERVICE,
+// K_CONFIGURATION and K_REVISION, then envFrom, then env, with valueFrom of
+// Secrets, ConfigMaps, fieldRef and resourceFieldRef resolved. A missing
+// Secret or ConfigMap that is not optional keeps the instance from starting.
+//
+// A container that exits is deleted and started again in the same instance
+// (same namespace, a fresh root filesystem) after a backoff that doubles
+// from 200ms to at most 10s, and starts afresh after a run of 10s. A
+// liveness probe that fails failureThreshold times in a row restarts it the
+// same way.
+//
+// Readiness is probed every 25ms from the start (after initialDelaySeconds)
+// until the first success, so that the probe adds little to a cold start,
+// then every periodSeconds (1s when unset). Probes are tcpSocket or httpGet;
+// exec and grpc probes fail the revision, as the runtime contract wants.
+//
+// Stopping an instance (scale down, Remove, Close): it leaves Endpoints at
+// once; if the router may have requests on it (Endpoints returned it), the
+// stop waits for Drained or at most the revision's timeoutSeconds; then
+// SIGTERM, then SIGKILL after a grace period of timeoutSeconds (as Knative
+// sets terminationGracePeriodSeconds). Its container, mounts, namespace and
+// directory are removed; its log is kept.
+//
+// # Logs
+//
+// stdout, stderr and what the container sends to /dev/log go to
+// StateDir/logs/<namespace>/<revision>/<instance>.log in the CRI log format
+// (time, stream, F or P for a partial line, message), rotated at 10 MiB with
+// one older file kept. The logs of the last 10 stopped instances of a
+// revision are kept; Remove deletes them all. Logs merges them by time.
+//
+// # Goroutines
+//
+// Every goroutine is owned: the Manager owns one loop per revision, each
+// revision owns one goroutine per instance, and each instance owns the
+// goroutines that wait for its container's exit, probe it and read its
+// syslog socket. All of them end when their owner's context ends; Close
+// stops every instance in order and then cancels that context.
+package instance

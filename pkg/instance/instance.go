@@ -1,0 +1,752 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/oci"
+	"github.com/knbox/knbox/pkg/runtime"
+)
+
+// Bounds of an instance's own operations.
+const (
+	// cleanupTimeout bounds deleting a container and its network namespace.
+	cleanupTimeout = 30 * time.Second
+	// killWait bounds the wait for a container's exit after SIGKILL.
+	killWait = 10 * time.Second
+	// maxTerminationMessage is what is read of the termination log, as the
+	// kubelet reads at most 4096 bytes.
+	maxTerminationMessage = 4096
+	// maxSyslogMessage bounds one datagram on /dev/log.
+	maxSyslogMessage = 64 << 10
+)
+
+// instanceState is written into the instance's directory before anything
+// is made for it, so that Recover knows what to remove after a crash.
+type instanceState struct {
+	ID        string    `json:"id"`
+	Namespace string    `json:"namespace"`
+	Revision  string    `json:"revision"`
+	Handler   string    `json:"handler"`
+	NetNS     string    `json:"netns"`
+	Created   time.Time `json:"created"`
+}
+
+const stateFile = "instance.json"
+
+// instance is one running copy of a revision: a directory, a network
+// namespace, a log, and a container that is restarted when it ends. Its
+// goroutine (run) owns all of them.
+type instance struct {
+	r    *revision
+	id   string
+	dir  string
+	log  *slog.Logger
+	born time.Time
+
+	stopCh    chan struct{} // closed by requestStopLocked
+	drainedCh chan struct{} // closed by drained
+	drainOnce sync.Once
+
+	// Guarded by r.mu.
+	ready    bool
+	stopping bool
+	exposed  bool // handed out by Endpoints since the last Drained
+	ns       *network.NS
+
+	// Owned by run.
+	prepared    bool
+	logf        *logFile
+	stdout      *lineWriter
+	stderr      *lineWriter
+	syslog      *net.UnixConn
+	syslogDone  chan struct{}
+	volumes     map[string]oci.Volume
+	mounted     bool
+	c           runtime.Container
+	lastStarted time.Time
+}
+
+func newInstance(r *revision, id string) *instance {
+	return &instance{
+		r:         r,
+		id:        id,
+		dir:       filepath.Join(instancesDir(r.m.opts.StateDir), id),
+		log:       r.log.With("instance", id),
+		born:      time.Now(),
+		stopCh:    make(chan struct{}),
+		drainedCh: make(chan struct{}),
+	}
+}
+
+// requestStopLocked starts the orderly stop: the instance leaves the
+// endpoints at once. The caller holds r.mu.
+func (in *instance) requestStopLocked() {
+	if in.stopping {
+		return
+	}
+	in.stopping = true
+	close(in.stopCh)
+}
+
+// drained is the router's word that no request is in flight any more.
+func (in *instance) drained() {
+	in.drainOnce.Do(func() { close(in.drainedCh) })
+}
+
+func (in *instance) stopRequested() bool {
+	select {
+	case <-in.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d, or less if the instance is stopped or ctx ends; it
+// returns false then.
+func (in *instance) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-in.stopCh:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// run is the instance's life: prepare, start, supervise, restart with
+// backoff when the container ends, and clean up when stopped or when ctx
+// ends.
+func (in *instance) run(ctx context.Context) {
+	defer in.r.instanceEnded(in)
+	defer in.cleanup()
+	failures := 0
+	for ctx.Err() == nil && !in.stopRequested() {
+		err := in.prepare(ctx)
+		if err == nil {
+			err = in.start(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil || in.stopRequested() {
+				return
+			}
+			failures++
+			in.r.startFailed(in, err)
+			in.teardownContainer()
+			if !in.sleep(ctx, backoff(failures)) {
+				return
+			}
+			continue
+		}
+		code, msg, stopped := in.supervise(ctx)
+		if stopped {
+			return
+		}
+		if time.Since(in.lastStarted) >= backoffCap {
+			failures = 0
+		}
+		failures++
+		in.r.exited(in, code, msg)
+		in.teardownContainer()
+		d := backoff(failures)
+		in.log.Info("restarting instance", "after", d, "restarts", failures)
+		if !in.sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+// prepare makes what the instance keeps across container restarts: its
+// directory, log, network namespace, /etc files, termination log, syslog
+// socket and volumes. It does only what is still missing.
+func (in *instance) prepare(ctx context.Context) error {
+	if in.prepared {
+		return nil
+	}
+	r := in.r
+	r.mu.Lock()
+	spec, rev := r.spec, r.rev
+	r.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(in.dir, stateFile)); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(in.dir, 0o711); err != nil {
+			return fmt.Errorf("prepare instance: %w", err)
+		}
+		st := instanceState{ID: in.id, Namespace: r.key.namespace, Revision: r.key.name, Handler: spec.handlerName, NetNS: in.id, Created: in.born.UTC()}
+		b, _ := json.Marshal(st)
+		if err := writeFileSync(filepath.Join(in.dir, stateFile), b, 0o600); err != nil {
+			return fmt.Errorf("prepare instance: %w", err)
+		}
+	}
+	if in.logf == nil {
+		l, err := openLogFile(filepath.Join(r.m.revLogDir(r.key), in.id+".log"))
+		if err != nil {
+			return fmt.Errorf("prepare instance: %w", err)
+		}
+		in.logf = l
+		in.stdout = &lineWriter{l: l, stream: streamStdout}
+		in.stderr = &lineWriter{l: l, stream: streamStderr}
+	}
+	if in.nsOf() == nil {
+		ns, err := network.CreateIn(r.m.netnsRoot, in.id)
+		if err != nil {
+			return fmt.Errorf("prepare instance: network namespace: %w", err)
+		}
+		r.mu.Lock()
+		in.ns = ns
+		r.mu.Unlock()
+	}
+	hostname := hostnameOf(in.id)
+	for _, f := range []struct {
+		name string
+		data string
+		mode os.FileMode
+	}{
+		{"hostname", hostname + "\n", 0o644},
+		{"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644},
+		{"resolv.conf", resolvConf(), 0o644},
+		{"termination-log", "", 0o666},
+	} {
+		p := filepath.Join(in.dir, f.name)
+		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
+			return fmt.Errorf("prepare instance: %w", err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil { // past the umask
+			return fmt.Errorf("prepare instance: %w", err)
+		}
+	}
+	if in.syslog == nil {
+		conn, err := listenSyslog(in.dir, "log.sock")
+		if err != nil {
+			return fmt.Errorf("prepare instance: syslog socket: %w", err)
+		}
+		in.syslog, in.syslogDone = conn, make(chan struct{})
+		go in.readSyslog(conn, in.syslogDone) // ends when cleanup closes conn
+	}
+	if in.volumes == nil {
+		vols, err := r.m.prepareVolumes(rev, filepath.Join(in.dir, "volumes"))
+		if err != nil {
+			return fmt.Errorf("prepare volumes: %w", err)
+		}
+		if vols == nil {
+			vols = map[string]oci.Volume{}
+		}
+		in.volumes = vols
+	}
+	in.prepared = true
+	return nil
+}
+
+func (in *instance) nsOf() *network.NS {
+	in.r.mu.Lock()
+	defer in.r.mu.Unlock()
+	return in.ns
+}
+
+// hostnameOf is the instance's hostname: its id, cut to a DNS label.
+func hostnameOf(id string) string {
+	if len(id) > 63 {
+		id = id[:63]
+	}
+	return strings.Trim(id, "-.")
+}
+
+// resolvConf is the instance's /etc/resolv.conf: the host's name servers
+// that are not on the host's loopback (unreachable from the instance's
+// namespace) and its search domains.
+func resolvConf() string {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			if ip := net.ParseIP(f[1]); ip == nil || ip.IsLoopback() {
+				continue
+			}
+		case "search", "options":
+		default:
+			continue
+		}
+		out = append(out, strings.Join(f, " "))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return strings.Join(out, "\n") + "\n"
+}
+
+// start mounts a fresh root filesystem, writes the bundle and creates the
+// container.
+func (in *instance) start(ctx context.Context) error {
+	r := in.r
+	r.mu.Lock()
+	spec, rev, img := r.spec, r.rev, r.img
+	ns := in.ns
+	r.mu.Unlock()
+	if img == nil {
+		return errors.New("start: the image is not pulled")
+	}
+	if in.mounted {
+		in.teardownContainer()
+	}
+	rootfs, err := r.m.opts.Images.Mount(img, in.dir)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	in.mounted = true
+	env, err := r.m.buildEnv(rev, &spec.container, spec.port, instanceMeta{name: in.id, hostname: hostnameOf(in.id)})
+	if err != nil {
+		return err
+	}
+	input := oci.Input{
+		Container:      spec.container,
+		PodSecurity:    spec.pod,
+		Image:          oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, User: img.Config.User},
+		Env:            env,
+		Rootfs:         rootfs,
+		Hostname:       hostnameOf(in.id),
+		NetNSPath:      ns.Path,
+		CgroupsPath:    "/knbox/" + in.id,
+		EtcHosts:       filepath.Join(in.dir, "hosts"),
+		EtcHostname:    filepath.Join(in.dir, "hostname"),
+		ResolvConf:     filepath.Join(in.dir, "resolv.conf"),
+		TerminationLog: filepath.Join(in.dir, "termination-log"),
+		SyslogSocket:   filepath.Join(in.dir, "log.sock"),
+		Volumes:        in.volumes,
+		MachineMemory:  r.m.memory,
+		Policy:         r.m.opts.Policy,
+	}
+	if input.ResolvConf != "" {
+		if fi, err := os.Stat(input.ResolvConf); err == nil && fi.Size() == 0 {
+			input.ResolvConf = "" // the image's own
+		}
+	}
+	s, err := oci.Build(input)
+	if err != nil {
+		var fe *oci.FieldError
+		if errors.As(err, &fe) {
+			return &configError{err}
+		}
+		return fmt.Errorf("start: %w", err)
+	}
+	clampRlimits(s)
+	b, err := json.MarshalIndent(s, "", "\t")
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if err := writeFileSync(filepath.Join(in.dir, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if err := os.Truncate(filepath.Join(in.dir, "termination-log"), 0); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	in.logf.resetTail()
+	c, err := spec.handler.Create(ctx, in.id, in.dir, runtime.IO{Stdout: in.stdout, Stderr: in.stderr})
+	if err != nil {
+		return err
+	}
+	in.c = c
+	in.lastStarted = time.Now()
+	in.log.Debug("container started", "handler", spec.handlerName, "pid", c.Pid(), "sinceCreated", time.Since(in.born))
+	return nil
+}
+
+// exitWatch observes a container's exit.
+type exitWatch struct {
+	done   chan struct{}
+	status runtime.ExitStatus
+	err    error
+}
+
+// watchExit waits for c's exit in a goroutine that ends with it or with ctx.
+func watchExit(ctx context.Context, c runtime.Container) *exitWatch {
+	w := &exitWatch{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.status, w.err = c.Wait(ctx)
+	}()
+	return w
+}
+
+// supervise probes the running container until it exits (code and
+// termination message returned), a liveness probe fails (it is restarted:
+// the same), the instance is stopped (stopped true) or ctx ends (stopped
+// true; cleanup kills it).
+func (in *instance) supervise(ctx context.Context) (code int, msg string, stopped bool) {
+	c := in.c
+	spec := in.r.spec
+	ex := watchExit(ctx, c)
+	pctx, pcancel := context.WithCancel(ctx)
+	restart := make(chan string, 1)
+	var pwg sync.WaitGroup
+	dial := in.dialer()
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		in.readiness(pctx, &prober{probe: spec.container.ReadinessProbe, port: spec.port, h2c: spec.h2c, dial: dial})
+	}()
+	if lp := spec.container.LivenessProbe; lp != nil {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			in.liveness(pctx, &prober{probe: lp, port: spec.port, h2c: spec.h2c, dial: dial}, restart)
+		}()
+	}
+	stopProbes := func() {
+		pcancel()
+		pwg.Wait()
+		in.r.setReady(in, false)
+	}
+
+	select {
+	case <-ex.done:
+		stopProbes()
+	case why := <-restart:
+		stopProbes()
+		in.log.Info("liveness probe failed: restarting the container", "err", why)
+		in.terminate(ctx, c, ex, spec.timeout)
+		if ctx.Err() != nil {
+			return 0, "", true
+		}
+		in.flushOutput()
+		return exitCode(ex.status), "liveness probe failed: " + why, false
+	case <-in.stopCh:
+		stopProbes()
+		in.stopOrderly(ctx, c, ex, spec.timeout)
+		return 0, "", true
+	case <-ctx.Done():
+		stopProbes()
+		return 0, "", true
+	}
+	if ctx.Err() != nil {
+		return 0, "", true
+	}
+	in.flushOutput()
+	st := ex.status
+	msg = in.terminationMessage(st)
+	in.log.Info("container exited", "status", st.String(), "ranFor", time.Since(in.lastStarted), "message", msg)
+	return exitCode(st), msg, false
+}
+
+func exitCode(st runtime.ExitStatus) int { return st.Code }
+
+func (in *instance) flushOutput() {
+	in.stdout.Flush()
+	in.stderr.Flush()
+}
+
+// terminationMessage is what the container wrote to its termination log,
+// else (when it failed) the last lines of its output, else its exit status.
+func (in *instance) terminationMessage(st runtime.ExitStatus) string {
+	if f, err := os.Open(filepath.Join(in.dir, "termination-log")); err == nil {
+		b := make([]byte, maxTerminationMessage)
+		n, _ := f.Read(b)
+		f.Close()
+		if m := strings.TrimSpace(string(b[:n])); m != "" {
+			return m
+		}
+	}
+	if st.Code != 0 {
+		if t := in.logf.lastLines(); t != "" {
+			return t
+		}
+	}
+	if st.OOMKilled {
+		return "OOMKilled: the container used more memory than its limit"
+	}
+	if st.Code == 0 {
+		return "container exited with no error"
+	}
+	return st.String()
+}
+
+// readiness probes aggressively until the first success, then with the
+// probe's period, and tells the revision when the instance is ready.
+func (in *instance) readiness(ctx context.Context, p *prober) {
+	if d := p.initialDelay(); d > 0 && !sleepCtx(ctx, d) {
+		return
+	}
+	successes, failures := 0, 0
+	ready := false
+	interval := startProbeInterval
+	for {
+		err := p.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			successes, failures = successes+1, 0
+			if !ready && successes >= p.successThreshold() {
+				ready = true
+				interval = p.period(defaultReadyPeriod)
+				in.r.setReady(in, true)
+			}
+		} else {
+			successes, failures = 0, failures+1
+			if ready && failures >= p.failureThreshold() {
+				ready = false
+				in.log.Info("readiness probe failed", "err", err)
+				in.r.setReady(in, false)
+			}
+		}
+		if !sleepCtx(ctx, interval) {
+			return
+		}
+	}
+}
+
+// liveness probes with the probe's period and reports on restart when it
+// failed failureThreshold times in a row.
+func (in *instance) liveness(ctx context.Context, p *prober, restart chan<- string) {
+	if d := p.initialDelay(); d > 0 && !sleepCtx(ctx, d) {
+		return
+	}
+	period := p.period(10 * time.Second)
+	failures := 0
+	for sleepCtx(ctx, period) {
+		err := p.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		if failures >= p.failureThreshold() {
+			select {
+			case restart <- err.Error():
+			default:
+			}
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stopOrderly drains the instance (it left the endpoints already; wait for
+// the router's Drained if the router may have requests on it, at most the
+// revision's timeout), then sends SIGTERM and, after the grace period,
+// SIGKILL.
+func (in *instance) stopOrderly(ctx context.Context, c runtime.Container, ex *exitWatch, grace time.Duration) {
+	in.r.mu.Lock()
+	exposed := in.exposed
+	in.r.mu.Unlock()
+	in.r.m.notify(in.r.key)
+	if exposed {
+		t := time.NewTimer(grace)
+		select {
+		case <-in.drainedCh:
+		case <-ex.done:
+		case <-t.C:
+			in.log.Info("drain timed out", "after", grace)
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	in.terminate(ctx, c, ex, grace)
+}
+
+// terminate sends SIGTERM, waits the grace period, then SIGKILL.
+func (in *instance) terminate(ctx context.Context, c runtime.Container, ex *exitWatch, grace time.Duration) {
+	select {
+	case <-ex.done:
+		return
+	default:
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := c.Kill(kctx, syscall.SIGTERM); err != nil {
+		in.log.Warn("SIGTERM failed", "err", err)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ex.done:
+		return
+	case <-t.C:
+		in.log.Info("grace period over: SIGKILL", "grace", grace)
+	case <-ctx.Done():
+	}
+	if err := c.Kill(kctx, syscall.SIGKILL); err != nil {
+		in.log.Warn("SIGKILL failed", "err", err)
+	}
+	t2 := time.NewTimer(killWait)
+	defer t2.Stop()
+	select {
+	case <-ex.done:
+	case <-t2.C:
+	}
+}
+
+// teardownContainer deletes the current container and unmounts its root
+// filesystem (a restarted container gets a fresh one, as on Kubernetes).
+func (in *instance) teardownContainer() {
+	if in.c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := in.c.Delete(ctx)
+		cancel()
+		if err != nil {
+			in.log.Warn("delete container", "err", err)
+		} else {
+			in.c = nil
+		}
+	}
+	if in.mounted {
+		if err := image.Unmount(in.dir); err != nil {
+			in.log.Warn("unmount root filesystem", "err", err)
+		} else {
+			in.mounted = false
+		}
+	}
+}
+
+// cleanup removes everything the instance made but its log.
+func (in *instance) cleanup() {
+	in.r.setReady(in, false)
+	in.teardownContainer()
+	if in.syslog != nil {
+		in.syslog.Close()
+		<-in.syslogDone
+		in.syslog = nil
+	}
+	if in.stdout != nil {
+		in.flushOutput()
+	}
+	if in.logf != nil {
+		if err := in.logf.Close(); err != nil {
+			in.log.Warn("close log", "err", err)
+		}
+	}
+	if ns := in.nsOf(); ns != nil {
+		if err := ns.Delete(); err != nil {
+			in.log.Warn("delete network namespace", "err", err)
+		} else {
+			in.r.mu.Lock()
+			in.ns = nil
+			in.r.mu.Unlock()
+		}
+	}
+	if in.c != nil || in.mounted || in.nsOf() != nil {
+		in.log.Warn("instance left state behind; Recover will remove it", "dir", in.dir)
+		return
+	}
+	if err := os.RemoveAll(in.dir); err != nil {
+		in.log.Warn("remove instance directory", "err", err)
+	}
+}
+
+// dialer dials into the instance's network namespace.
+func (in *instance) dialer() dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ns := in.nsOf()
+		if ns == nil {
+			return nil, fmt.Errorf("instance %s has no network namespace", in.id)
+		}
+		return ns.Dial(ctx, network, addr)
+	}
+}
+
+// dialPort connects to the instance's container port.
+func (in *instance) dialPort(ctx context.Context) (net.Conn, error) {
+	port := in.r.spec.port
+	return in.dialer()(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+}
+
+// listenSyslog makes a datagram socket named name in dir for /dev/log,
+// writable by any user. It binds through /proc/self/fd so that a long dir
+// does not overflow sun_path.
+func listenSyslog(dir, name string) (*net.UnixConn, error) {
+	p := filepath.Join(dir, name)
+	_ = os.Remove(p)
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	addr := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// readSyslog copies datagrams from /dev/log into the log until conn is
+// closed.
+func (in *instance) readSyslog(conn *net.UnixConn, done chan<- struct{}) {
+	defer close(done)
+	buf := make([]byte, maxSyslogMessage)
+	for {
+		n, _, err := conn.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		msg := strings.TrimRight(string(buf[:n]), "\r\n\x00")
+		for _, line := range strings.Split(msg, "\n") {
+			in.logf.record(streamSyslog, false, []byte(line))
+		}
+	}
+}
+
+// writeFileSync writes a file and syncs it, so that it survives a crash of
+// the machine as far as the file system allows.
+func writeFileSync(p string, data []byte, mode os.FileMode) error {
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
