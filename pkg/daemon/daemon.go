@@ -18,7 +18,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -118,28 +122,46 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	// The data plane (router) arrives with a later issue; until then every
-	// host is unknown.
+	// The data plane answers 503 until the router is ready (the runtime
+	// handlers are probed first).
+	var dataHandler atomic.Pointer[http.Handler]
 	data := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if h := dataHandler.Load(); h != nil {
+				(*h).ServeHTTP(w, r)
+				return
+			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprintf(w, "knbox: no route for host %q\n", r.Host)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "knbox: starting")
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
 	go func() { errc <- data.Serve(dataLn) }()
-	ctl, err := newController(cfg, apiURL, creds.CACertPEM, internalToken, dataLn.Addr(), log)
-	if err != nil {
-		return err
-	}
+
 	kube, err := kubernetes.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
-	go setUpRuntimes(ctx, cfg, kube, log.With("component", "runtime"))
+	handlers := setUpRuntimes(ctx, cfg, kube, log.With("component", "runtime"))
+	routes := routing.NewTable()
+	dp, err := newDataPlane(ctx, cfg, serving.Autoscaler, kube, handlers, routes, log)
+	if err != nil {
+		return err
+	}
+	var dh http.Handler = h2c.NewHandler(dp.router, &http2.Server{})
+	dataHandler.Store(&dh)
+	dpDone := make(chan struct{})
+	go func() {
+		defer close(dpDone)
+		dp.run(ctx)
+	}()
+	ctl, err := newController(cfg, apiURL, creds.CACertPEM, internalToken, dataLn.Addr(), dp.runtime(), routes, log)
+	if err != nil {
+		return err
+	}
 	ctlDone := make(chan struct{})
 	go func() {
 		defer close(ctlDone)
@@ -147,7 +169,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			log.Error("controllers stopped", "err", err)
 		}
 	}()
-	defer func() { cancel(); <-ctlDone }()
+	defer func() {
+		cancel()
+		<-ctlDone
+		<-dpDone
+		// Stop the instances in order; what a kill -9 leaves behind is
+		// cleaned by Recover at the next start instead.
+		stop, done := context.WithTimeout(context.Background(), 30*time.Second)
+		defer done()
+		if err := dp.mgr.Close(stop); err != nil {
+			log.Warn("stopping instances", "err", err)
+		}
+	}()
 	log.Info("knbox serving", "api", apiURL, "http", "http://"+dataLn.Addr().String(), "dataDir", cfg.DataDir)
 	if ready != nil {
 		ready(apiURL, "http://"+dataLn.Addr().String())
@@ -186,7 +219,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, apiURL string, caPEM []byte, token string, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
+func newController(cfg *config.Config, apiURL string, caPEM []byte, token string, data net.Addr, rt controller.Runtime, routes *routing.Table, log *slog.Logger) (*controller.Controller, error) {
 	client, err := servingclient.NewForConfig(internalConfig(apiURL, caPEM, token))
 	if err != nil {
 		return nil, fmt.Errorf("controller client: %w", err)
@@ -208,7 +241,7 @@ func newController(cfg *config.Config, apiURL string, caPEM []byte, token string
 		port = tcp.Port
 	}
 	return controller.New(controller.Options{
-		Client: client, Runtime: pendingRuntime{}, Routes: routing.NewTable(),
+		Client: client, Runtime: rt, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, Logger: log.With("component", "controller"),
 	})
 }

@@ -93,8 +93,8 @@ func registerRuntimeClasses(ctx context.Context, kube kubernetes.Interface, name
 }
 
 // setUpRuntimes builds and probes the handlers, then registers their
-// RuntimeClasses through the API. It runs beside the server, so a slow
-// probe does not delay the API.
+// RuntimeClasses through the API (which is already serving, so a slow
+// probe does not delay it).
 func setUpRuntimes(ctx context.Context, cfg *config.Config, kube kubernetes.Interface, log *slog.Logger) map[string]runtime.Handler {
 	hs, missing := handlers(cfg)
 	for name, err := range missing {

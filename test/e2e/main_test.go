@@ -66,13 +66,14 @@ func freePort(t *testing.T) string {
 
 // server is one running `knbox serve`.
 type server struct {
-	t       *testing.T
-	dir     string
-	apiAddr string
-	cmd     *exec.Cmd
-	logMu   sync.Mutex
-	log     strings.Builder
-	exited  chan struct{}
+	t        *testing.T
+	dir      string
+	apiAddr  string
+	httpAddr string
+	cmd      *exec.Cmd
+	logMu    sync.Mutex
+	log      strings.Builder
+	exited   chan struct{}
 }
 
 // startServer runs knbox serve on dir with loopback addresses and waits
@@ -84,8 +85,8 @@ func startServer(t *testing.T, dir, apiAddr string) *server {
 	}
 	kc := filepath.Join(dir, "kubeconfig")
 	_ = os.Remove(kc)
-	s := &server{t: t, dir: dir, apiAddr: apiAddr, exited: make(chan struct{})}
-	s.cmd = exec.Command(knboxBin, "serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", "127.0.0.1:0")
+	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), exited: make(chan struct{})}
+	s.cmd = exec.Command(knboxBin, "serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

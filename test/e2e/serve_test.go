@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/image/imagetest"
+)
+
+// TestApplyThenCurl is the product's promise end to end: an image in a
+// registry (in-process, on loopback), a Service applied with kubectl, and a
+// request through knbox's router that reaches a real container (runc, the
+// default RuntimeClass), which sees the Knative runtime contract's
+// environment.
+func TestApplyThenCurl(t *testing.T) {
+	requireTool(t, "runc")
+	k := newKubectl(t)
+	reg := imagetest.StartRegistry(t)
+	ref := imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{})
+	_ = ref
+	svc := fmt.Sprintf(`apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: hello
+spec:
+  template:
+    spec:
+      containers:
+      - image: %s/runtime-info:v1
+        env:
+        - name: TARGET
+          value: knbox
+`, reg)
+	k.must(svc, "apply", "-f", "-")
+	out, err := k.run("", "wait", "ksvc/hello", "--for=condition=Ready", "--timeout=120s")
+	if err != nil {
+		ksvc, _ := k.run("", "get", "ksvc,rev", "-o", "yaml")
+		t.Fatalf("service not ready: %v\n%s\n%s\n%s", err, out, ksvc, k.srv.logs())
+	}
+	url := k.must("", "get", "ksvc", "hello", "-o", "jsonpath={.status.url}")
+	if !strings.HasPrefix(url, "http://hello.default.localhost:") {
+		t.Fatalf("url %q", url)
+	}
+
+	// curl http://hello.default.localhost:PORT, dialing loopback directly
+	// (names under localhost need not resolve on every machine).
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, k.srv.httpAddr)
+		},
+	}}
+	resp, err := client.Get(url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	var info struct {
+		Env map[string]string `json:"env"`
+	}
+	if err := json.Unmarshal(body, &info); err != nil {
+		t.Fatalf("runtime-info answer: %v\n%s", err, body)
+	}
+	for k, v := range map[string]string{"PORT": "8080", "K_SERVICE": "hello", "K_CONFIGURATION": "hello", "K_REVISION": "hello-00001", "TARGET": "knbox"} {
+		if info.Env[k] != v {
+			t.Errorf("env %s=%q, want %q", k, info.Env[k], v)
+		}
+	}
+	// An unknown host gets a short 404.
+	req, _ := http.NewRequest("GET", "http://nope.default.localhost/", nil)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("unknown host: %d", resp.StatusCode)
+	}
+}
