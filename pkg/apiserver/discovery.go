@@ -87,6 +87,11 @@ func (s *Server) serveResourceList(w http.ResponseWriter, _ *http.Request, group
 				Name: k.Resource + "/status", Namespaced: k.Namespaced, Kind: k.Kind, Verbs: metav1.Verbs{"get", "patch", "update"},
 			})
 		}
+		if k.Kind == "Revision" && k.Group == "serving.knative.dev" && s.opts.Logs != nil {
+			l.APIResources = append(l.APIResources, metav1.APIResource{
+				Name: k.Resource + "/log", Namespaced: true, Kind: k.Kind, Verbs: metav1.Verbs{"get"},
+			})
+		}
 	}
 	if len(l.APIResources) == 0 {
 		writeError(w, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource"))

@@ -15,10 +15,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +47,15 @@ type Options struct {
 	MaxRequestBodyBytes int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Logs streams a revision's logs for the revisions/{name}/log
+	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
+	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+}
+
+// LogOptions are the query parameters of the log subresource.
+type LogOptions struct {
+	Follow bool
+	Since  time.Time // zero: from the start
 }
 
 // Server is the API server. Create it with New, start its background work
@@ -227,7 +239,14 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 	}
 	if len(segs) > 2 {
 		req.subresource = segs[2]
-		if req.subresource != "status" || !req.kind.HasStatus {
+		switch {
+		case req.subresource == "status" && req.kind.HasStatus:
+		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
+			if err := s.handleLog(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
+		default:
 			notFound()
 			return
 		}
@@ -296,4 +315,55 @@ func writeWarnings(w http.ResponseWriter, warns []string) {
 		b, _ := json.Marshal(m)
 		w.Header().Add("Warning", "299 - "+string(b))
 	}
+}
+
+// handleLog streams a revision's logs as text, following them with
+// ?follow=true, from ?sinceSeconds=N or ?sinceTime=RFC3339 on.
+func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request) error {
+	if _, _, err := s.getStored(req.kind, req.namespace, req.name); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	var opts LogOptions
+	opts.Follow = q.Get("follow") == "true"
+	if v := q.Get("sinceSeconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return apierrors.NewBadRequest(fmt.Sprintf("sinceSeconds: invalid value %q", v))
+		}
+		opts.Since = time.Now().Add(-time.Duration(n) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("sinceTime: invalid value %q: want RFC 3339", v))
+		}
+		opts.Since = t
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	fw := flushWriter{w: w}
+	if f, ok := w.(http.Flusher); ok {
+		fw.f = f
+		f.Flush()
+	}
+	if err := s.opts.Logs(r.Context(), fw, req.namespace, req.name, opts); err != nil && r.Context().Err() == nil {
+		s.log.Warn("streaming logs", "namespace", req.namespace, "revision", req.name, "err", err)
+	}
+	return nil
+}
+
+// flushWriter flushes after every write, so followed logs arrive at once.
+type flushWriter struct {
+	w io.Writer
+	f http.Flusher
+}
+
+func (fw flushWriter) Write(p []byte) (int, error) {
+	n, err := fw.w.Write(p)
+	if fw.f != nil {
+		fw.f.Flush()
+	}
+	return n, err
 }

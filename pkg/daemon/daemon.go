@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -71,6 +72,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	var plane atomic.Pointer[dataPlane] // set once the data plane is up
 	srv, err := apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
@@ -84,6 +86,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		},
 		MaxRequestBodyBytes: cfg.MaxRequestBodyBytes,
 		Logger:              log,
+		Logs: func(ctx context.Context, w io.Writer, ns, rev string, o apiserver.LogOptions) error {
+			dp := plane.Load()
+			if dp == nil {
+				return errors.New("the data plane is starting")
+			}
+			return dp.mgr.LogsContext(ctx, ns, rev, o.Follow, o.Since, w)
+		},
 	})
 	if err != nil {
 		return err
@@ -151,6 +160,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	dp.apiURL = apiURL
+	plane.Store(dp)
 	var dh http.Handler = h2c.NewHandler(dp.router, &http2.Server{})
 	dataHandler.Store(&dh)
 	dpDone := make(chan struct{})

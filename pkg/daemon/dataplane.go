@@ -35,6 +35,7 @@ type dataPlane struct {
 	router *router.Router
 	routes *routing.Table
 	ascfg  *autoscalerconfig.Config
+	apiURL string // for the revisions' logUrl
 }
 
 func revKey(ns, name string) string { return ns + "/" + name }
@@ -136,7 +137,13 @@ func (s scaledRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) (con
 	// SpecFor always returns a usable spec; its error lists what it ignored.
 	spec, _ := autoscaler.SpecFor(s.dp.ascfg, rev.Annotations, cc)
 	s.dp.as.Upsert(revKey(rev.Namespace, rev.Name), spec, s.dp.routed(rev.Namespace, rev.Name))
-	return s.dp.mgr.Ensure(ctx, rev)
+	st, err := s.dp.mgr.Ensure(ctx, rev)
+	if s.dp.apiURL != "" {
+		// The logs are served by the API: `knbox logs` and any client
+		// with the token read them there.
+		st.LogURL = s.dp.apiURL + "/apis/serving.knative.dev/v1/namespaces/" + rev.Namespace + "/revisions/" + rev.Name + "/log"
+	}
+	return st, err
 }
 
 func (s scaledRuntime) Remove(ctx context.Context, ns, name string) error {

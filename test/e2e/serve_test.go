@@ -77,6 +77,29 @@ spec:
 			t.Errorf("env %s=%q, want %q", k, info.Env[k], v)
 		}
 	}
+	// What the container writes to stdout, stderr and /dev/log lands in its
+	// logs, which `knbox logs` reads through the API (the Revision's logUrl).
+	resp, err = client.Get(url + "/log?msg=hello-from-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	logURL := k.must("", "get", "rev", "hello-00001", "-o", "jsonpath={.status.logUrl}")
+	if !strings.HasPrefix(logURL, "https://"+k.srv.apiAddr+"/apis/serving.knative.dev/v1/namespaces/default/revisions/hello-00001/log") {
+		t.Errorf("logUrl %q", logURL)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs, err := run(t, []string{"KNBOX_DATA_DIR=" + k.srv.dir, "KUBECONFIG="}, "", knboxBin, "logs", "hello")
+		if err == nil && strings.Count(logs, "hello-from-e2e") >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("knbox logs hello: %v\n%s", err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	// An unknown host gets a short 404.
 	req, _ := http.NewRequest("GET", "http://nope.default.localhost/", nil)
 	resp, err = client.Do(req)
