@@ -150,6 +150,7 @@ func (in *instance) run(ctx context.Context) {
 			failures++
 			in.r.startFailed(in, err)
 			in.teardownContainer()
+			in.removeLeftover(ctx)
 			if !in.sleep(ctx, backoff(failures)) {
 				return
 			}
@@ -630,6 +631,26 @@ func (in *instance) teardownContainer() {
 			in.log.Warn("unmount root filesystem", "err", err)
 		} else {
 			in.mounted = false
+		}
+	}
+}
+
+// removeLeftover deletes a container with the instance's id that a failed
+// create may have left in the runtime's state (runc keeps a container that
+// failed to start), so that the next create does not find the id taken.
+func (in *instance) removeLeftover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	cs, err := in.r.spec.handler.Recover(ctx)
+	if err != nil {
+		in.log.Warn("list containers", "err", err)
+		return
+	}
+	for _, c := range cs {
+		if c.ID() == in.id {
+			if err := c.Delete(ctx); err != nil {
+				in.log.Warn("delete leftover container", "err", err)
+			}
 		}
 	}
 }
