@@ -20,10 +20,10 @@ type kubectlEnv struct {
 	srv *server
 }
 
-func newKubectl(t *testing.T) *kubectlEnv {
+func newKubectl(t *testing.T, serveArgs ...string) *kubectlEnv {
 	bin := requireTool(t, "kubectl")
 	dir := t.TempDir()
-	srv := startServer(t, dir, "")
+	srv := startServerWith(t, dir, "", serveArgs...)
 	home := t.TempDir() // kubectl's discovery cache lives here
 	return &kubectlEnv{t: t, bin: bin, srv: srv, env: []string{"KUBECONFIG=" + filepath.Join(dir, "kubeconfig"), "HOME=" + home}}
 }

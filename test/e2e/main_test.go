@@ -80,13 +80,21 @@ type server struct {
 // until it answers.
 func startServer(t *testing.T, dir, apiAddr string) *server {
 	t.Helper()
+	return startServerWith(t, dir, apiAddr)
+}
+
+// startServerWith is startServer with extra `knbox serve` arguments, e.g.
+// "--config", path.
+func startServerWith(t *testing.T, dir, apiAddr string, extra ...string) *server {
+	t.Helper()
 	if apiAddr == "" {
 		apiAddr = freePort(t)
 	}
 	kc := filepath.Join(dir, "kubeconfig")
 	_ = os.Remove(kc)
 	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), exited: make(chan struct{})}
-	s.cmd = exec.Command(knboxBin, "serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr)
+	args := append([]string{"serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr}, extra...)
+	s.cmd = exec.Command(knboxBin, args...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
