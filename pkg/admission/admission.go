@@ -123,7 +123,7 @@ func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc)
+		fe = fe.Also(rc).Also(checkProbes(req.Object))
 	}
 	return Warnings(fe), append(errs, FieldErrors(fe, rewrite)...), nil
 }
@@ -166,6 +166,37 @@ func (a *Admitter) checkRuntimeClass(ctx context.Context, obj runtime.Object) (*
 		return nil, nil
 	}
 	return apis.ErrInvalidValue(*name, path, fmt.Sprintf("RuntimeClass %q not found (kubectl get runtimeclass lists those that exist)", *name)), nil
+}
+
+// checkProbes refuses exec probes: the runtime contract says platforms
+// should not run them (a probe is a request or a connection, made from
+// outside the container), so knbox offers httpGet and tcpSocket only.
+func checkProbes(obj runtime.Object) *apis.FieldError {
+	var (
+		ctrs []corev1.Container
+		path string
+	)
+	switch o := obj.(type) {
+	case *servingv1.Service:
+		ctrs, path = o.Spec.Template.Spec.Containers, "spec.template.spec.containers"
+	case *servingv1.Configuration:
+		ctrs, path = o.Spec.Template.Spec.Containers, "spec.template.spec.containers"
+	case *servingv1.Revision:
+		ctrs, path = o.Spec.Containers, "spec.containers"
+	}
+	var fe *apis.FieldError
+	for i, c := range ctrs {
+		for name, p := range map[string]*corev1.Probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe, "startupProbe": c.StartupProbe} {
+			if p != nil && p.Exec != nil {
+				fe = fe.Also(&apis.FieldError{
+					Message: "must not set the field(s)",
+					Paths:   []string{fmt.Sprintf("%s[%d].%s.exec", path, i, name)},
+					Details: "knbox runs httpGet and tcpSocket probes only: the runtime contract keeps commands out of probes",
+				})
+			}
+		}
+	}
+	return fe
 }
 
 func rewriteAll(errs field.ErrorList, rewrite func(string) string) field.ErrorList {

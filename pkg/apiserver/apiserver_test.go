@@ -540,3 +540,15 @@ func TestAuthentication(t *testing.T) {
 		t.Errorf("healthz %d", code)
 	}
 }
+
+func TestExecProbesRefused(t *testing.T) {
+	e := newEnv(t)
+	s := ksvc("probe", "img")
+	s.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+	_, err := e.serving.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{})
+	assertInvalid(t, err, "spec.template.spec.containers[0].readinessProbe.exec")
+	s.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz"}}}
+	if _, err := e.serving.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Errorf("httpGet probe refused: %v", err)
+	}
+}
