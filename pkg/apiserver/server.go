@@ -47,6 +47,10 @@ type Options struct {
 	MaxRequestBodyBytes int64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Extensions are knbox's own endpoints, served under /knbox/v1/NAME
+	// behind the same authentication, without the body size limit of API
+	// objects (an image archive is large); each bounds what it reads.
+	Extensions map[string]http.Handler
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
@@ -161,11 +165,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = r.WithContext(context.WithValue(r.Context(), userKey, user))
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	if rest, ok := strings.CutPrefix(p, "/knbox/v1/"); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		if h, ok := s.opts.Extensions[name]; ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource"))
+		return
+	}
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBodyBytes)
 	}
 
-	p := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
 	case p == "/version":
 		s.serveVersion(w, r)

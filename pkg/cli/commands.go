@@ -17,9 +17,9 @@ import (
 )
 
 // Commands returns the client commands of the knbox binary: apply, get,
-// delete, logs, kubeconfig and version. Each call returns new commands.
+// delete, logs, image, kubeconfig and version. Each call returns new commands.
 func Commands() []*cobra.Command {
-	return []*cobra.Command{applyCommand(), getCommand(), deleteCommand(), logsCommand(), kubeconfigCommand(), versionCommand()}
+	return []*cobra.Command{applyCommand(), getCommand(), deleteCommand(), logsCommand(), imageCommand(), kubeconfigCommand(), versionCommand()}
 }
 
 // connFlags are the connection flags of a command.

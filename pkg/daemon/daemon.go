@@ -33,6 +33,7 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/controller"
+	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/pki"
 	"github.com/knbox/knbox/pkg/routing"
 	"github.com/knbox/knbox/pkg/store"
@@ -73,6 +74,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var plane atomic.Pointer[dataPlane] // set once the data plane is up
+	var servingClient atomic.Pointer[servingclient.Clientset]
 	srv, err := apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
@@ -86,6 +88,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		},
 		MaxRequestBodyBytes: cfg.MaxRequestBodyBytes,
 		Logger:              log,
+		Extensions: map[string]http.Handler{
+			"images": imagesHandler(func() *image.Store {
+				if dp := plane.Load(); dp != nil {
+					return dp.images
+				}
+				return nil
+			}, func() servingclient.Interface {
+				if c := servingClient.Load(); c != nil {
+					return c
+				}
+				return nil
+			}),
+		},
 		Logs: func(ctx context.Context, w io.Writer, ns, rev string, o apiserver.LogOptions) error {
 			dp := plane.Load()
 			if dp == nil {
@@ -154,6 +169,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
+	sc, err := servingclient.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	servingClient.Store(sc)
 	handlers := setUpRuntimes(ctx, cfg, kube, log.With("component", "runtime"))
 	routes := routing.NewTable()
 	dp, err := newDataPlane(ctx, cfg, serving.Autoscaler, kube, handlers, routes, log)

@@ -30,6 +30,7 @@ import (
 // the autoscaler sets the manager's scale, the manager tells the router
 // which instances are ready.
 type dataPlane struct {
+	images *image.Store
 	mgr    *instance.Manager
 	as     *autoscaler.Autoscaler
 	router *router.Router
@@ -85,7 +86,7 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 	if err := mgr.Recover(ctx); err != nil {
 		log.Warn("recovering instances of a previous run", "err", err)
 	}
-	dp := &dataPlane{mgr: mgr, routes: routes, ascfg: ascfg}
+	dp := &dataPlane{images: images, mgr: mgr, routes: routes, ascfg: ascfg}
 	dp.as = autoscaler.New(autoscaler.Options{
 		Logger: log.With("component", "autoscaler"),
 		Ready: func(rev string) int32 {
