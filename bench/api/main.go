@@ -110,7 +110,7 @@ func run(b *testing.B, n int) []result {
 	svcs := cl.ServingV1().Services("default")
 	mk := func(i int) *servingv1.Service {
 		s := &servingv1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i)}}
-		s.Spec.Template.Spec.Containers = []corev1.Container{{Image: "example.com/app:v1"}}
+		s.Spec.Template.Spec.Containers = []corev1.Container{{Image: "127.0.0.1:1/app:v1"}}
 		return s
 	}
 	apiCreate, err := timeN(n, func(i int) error { _, err := svcs.Create(ctx, mk(i), metav1.CreateOptions{}); return err })
