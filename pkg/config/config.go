@@ -76,6 +76,11 @@ type Config struct {
 	APIAddr string `json:"apiAddr,omitempty"`
 	// HTTPAddr is the host:port where the router serves Knative Services.
 	HTTPAddr string `json:"httpAddr,omitempty"`
+	// HTTPSAddr, with HTTPSCertFile and HTTPSKeyFile (PEM), also serves
+	// Knative Services over HTTPS; empty: HTTP only.
+	HTTPSAddr     string `json:"httpsAddr,omitempty"`
+	HTTPSCertFile string `json:"httpsCertFile,omitempty"`
+	HTTPSKeyFile  string `json:"httpsKeyFile,omitempty"`
 	// DataDir holds the store, the credentials, images and instances.
 	DataDir string `json:"dataDir,omitempty"`
 	// TokenAuthFile is an optional static token file in kube-apiserver's
@@ -134,6 +139,9 @@ func parse(b []byte) (*Config, error) {
 	c := &Config{
 		APIAddr:             f.APIAddr,
 		HTTPAddr:            f.HTTPAddr,
+		HTTPSAddr:           f.HTTPSAddr,
+		HTTPSCertFile:       f.HTTPSCertFile,
+		HTTPSKeyFile:        f.HTTPSKeyFile,
 		DataDir:             f.DataDir,
 		TokenAuthFile:       f.TokenAuthFile,
 		APIHosts:            f.APIHosts,
@@ -167,6 +175,9 @@ func parse(b []byte) (*Config, error) {
 type fileConfig struct {
 	APIAddr             string                                `json:"apiAddr"`
 	HTTPAddr            string                                `json:"httpAddr"`
+	HTTPSAddr           string                                `json:"httpsAddr"`
+	HTTPSCertFile       string                                `json:"httpsCertFile"`
+	HTTPSKeyFile        string                                `json:"httpsKeyFile"`
 	DataDir             string                                `json:"dataDir"`
 	TokenAuthFile       string                                `json:"tokenAuthFile"`
 	APIHosts            []string                              `json:"apiHosts"`
@@ -254,6 +265,16 @@ func (c *Config) Validate() error {
 	}
 	if err := validateAddr("httpAddr", c.HTTPAddr); err != nil {
 		return err
+	}
+	if c.HTTPSAddr != "" {
+		if err := validateAddr("httpsAddr", c.HTTPSAddr); err != nil {
+			return err
+		}
+		if c.HTTPSCertFile == "" || c.HTTPSKeyFile == "" {
+			return errors.New("httpsAddr: needs httpsCertFile and httpsKeyFile")
+		}
+	} else if c.HTTPSCertFile != "" || c.HTTPSKeyFile != "" {
+		return errors.New("httpsCertFile, httpsKeyFile: set httpsAddr too")
 	}
 	if c.DataDir == "" {
 		return errors.New("dataDir: must not be empty")

@@ -161,9 +161,30 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
 	go func() { errc <- data.Serve(dataLn) }()
+	var dataTLS *http.Server
+	if cfg.HTTPSAddr != "" {
+		dcert, err := tls.LoadX509KeyPair(cfg.HTTPSCertFile, cfg.HTTPSKeyFile)
+		if err != nil {
+			return fmt.Errorf("httpsCertFile/httpsKeyFile: %w", err)
+		}
+		tlsLn, err := net.Listen("tcp", cfg.HTTPSAddr)
+		if err != nil {
+			return fmt.Errorf("listen on httpsAddr %s: %w", cfg.HTTPSAddr, err)
+		}
+		// HTTP/2 over TLS comes with net/http's ALPN; the router's h2c
+		// wrapper passes TLS requests through untouched.
+		dataTLS = &http.Server{Handler: data.Handler, ReadHeaderTimeout: 10 * time.Second,
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{dcert}, MinVersion: tls.VersionTLS12}}
+		go func() { errc <- dataTLS.ServeTLS(tlsLn, "", "") }()
+		defer func() {
+			c, done := context.WithTimeout(context.Background(), 5*time.Second)
+			defer done()
+			_ = dataTLS.Shutdown(c)
+		}()
+	}
 
 	kube, err := kubernetes.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
 	if err != nil {

@@ -2,17 +2,22 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/image/imagetest"
+	"github.com/knbox/knbox/pkg/pki"
 )
 
 // TestApplyThenCurl is the product's promise end to end: an image in a
@@ -22,7 +27,19 @@ import (
 // environment.
 func TestApplyThenCurl(t *testing.T) {
 	requireTool(t, "runc")
-	k := newKubectl(t)
+	// The data plane also serves HTTPS with a configured certificate.
+	certDir := t.TempDir()
+	creds, err := pki.Ensure(certDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsAddr := freePort(t)
+	cfgPath := filepath.Join(t.TempDir(), "knbox.yaml")
+	cfgYAML := fmt.Sprintf("httpsAddr: %s\nhttpsCertFile: %s\nhttpsKeyFile: %s\n", httpsAddr, creds.CertFile, creds.KeyFile)
+	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := newKubectl(t, "--config", cfgPath)
 	reg := imagetest.StartRegistry(t)
 	ref := imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{})
 	_ = ref
@@ -77,6 +94,35 @@ spec:
 			t.Errorf("env %s=%q, want %q", k, info.Env[k], v)
 		}
 	}
+	// The same over HTTPS: the container sees X-Forwarded-Proto https.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(creds.CACertPEM)
+	tlsClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, httpsAddr)
+		},
+	}}
+	req, _ := http.NewRequest("GET", "https://localhost/", nil)
+	req.Host = strings.TrimPrefix(url, "http://")
+	resp, err = tlsClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var tlsInfo struct {
+		Request struct {
+			Headers map[string][]string `json:"headers"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(body, &tlsInfo); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTPS: %d %v\n%s", resp.StatusCode, err, body)
+	}
+	if got := tlsInfo.Request.Headers["X-Forwarded-Proto"]; len(got) != 1 || got[0] != "https" {
+		t.Errorf("X-Forwarded-Proto over HTTPS: %v", got)
+	}
+
 	// What the container writes to stdout, stderr and /dev/log lands in its
 	// logs, which `knbox logs` reads through the API (the Revision's logUrl).
 	resp, err = client.Get(url + "/log?msg=hello-from-e2e")
@@ -101,7 +147,7 @@ spec:
 	}
 
 	// An unknown host gets a short 404.
-	req, _ := http.NewRequest("GET", "http://nope.default.localhost/", nil)
+	req, _ = http.NewRequest("GET", "http://nope.default.localhost/", nil)
 	resp, err = client.Do(req)
 	if err != nil {
 		t.Fatal(err)
