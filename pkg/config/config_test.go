@@ -45,10 +45,10 @@ func TestDefaults(t *testing.T) {
 		MaxRequestBodyBytes: 3 * 1024 * 1024,
 		ConfigMaps:          map[string]map[string]string{},
 		Runtimes: map[string]Runtime{
-			"runc":    {Type: "oci", Binary: "runc", Root: "/var/lib/knbox/runtimes/runc"},
-			"runsc":   {Type: "oci", Binary: "runsc", Root: "/var/lib/knbox/runtimes/runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
-			"crun":    {Type: "oci", Binary: "crun", Root: "/var/lib/knbox/runtimes/crun"},
-			"process": {Type: "process", Root: "/var/lib/knbox/runtimes/process"},
+			"runc":    {Type: "oci", Binary: "runc"},
+			"runsc":   {Type: "oci", Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
+			"crun":    {Type: "oci", Binary: "crun"},
+			"process": {Type: "process"},
 		},
 		DefaultRuntimeClass: "runc",
 	}

@@ -18,7 +18,8 @@ type Runtime struct {
 	Type string `json:"type,omitempty"`
 	// Binary is the runtime's path or a name found in PATH (oci only).
 	Binary string `json:"binary,omitempty"`
-	// Root is the runtime's state directory; default DATA_DIR/runtimes/NAME.
+	// Root is the runtime's state directory; empty: DATA_DIR/runtimes/NAME
+	// (see Config.RuntimeRoot), resolved once flags have set DATA_DIR.
 	Root string `json:"root,omitempty"`
 	// Args are global arguments given before every subcommand.
 	Args []string `json:"args,omitempty"`
@@ -75,15 +76,20 @@ func (c *Config) applyRuntimeDefaults() {
 		if rt.Type == "" {
 			rt.Type = RuntimeOCI
 		}
-		if rt.Root == "" {
-			rt.Root = filepath.Join(c.DataDir, "runtimes", name)
-		}
 		rts[name] = rt
 	}
 	c.Runtimes = rts
 	if c.DefaultRuntimeClass == "" {
 		c.DefaultRuntimeClass = DefaultRuntimeClass
 	}
+}
+
+// RuntimeRoot is the state directory of the named runtime.
+func (c *Config) RuntimeRoot(name string) string {
+	if r := c.Runtimes[name].Root; r != "" {
+		return r
+	}
+	return filepath.Join(c.DataDir, "runtimes", name)
 }
 
 // validateRuntimes checks the runtimes table.

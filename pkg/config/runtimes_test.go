@@ -19,7 +19,7 @@ defaultRuntimeClass: runsc
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Runtimes["kata"]; got.Type != RuntimeOCI || got.Root != "/srv/knbox/runtimes/kata" {
+	if got := c.Runtimes["kata"]; got.Type != RuntimeOCI || c.RuntimeRoot("kata") != "/srv/knbox/runtimes/kata" {
 		t.Errorf("kata: %+v", got)
 	}
 	if got := c.Runtimes["runsc"]; got.Binary != "/usr/local/bin/runsc" || len(got.Args) != 2 {
@@ -34,6 +34,10 @@ defaultRuntimeClass: runsc
 		t.Errorf("default class %q", c.DefaultRuntimeClass)
 	}
 	d := Default()
+	d.DataDir = "/elsewhere" // as --data-dir does after loading
+	if got := d.RuntimeRoot("runc"); got != "/elsewhere/runtimes/runc" {
+		t.Errorf("runc root follows the data dir: %s", got)
+	}
 	if d.DefaultRuntimeClass != "runc" || d.Runtimes["runsc"].Args[0] != "--network=host" {
 		t.Errorf("defaults: %q %+v", d.DefaultRuntimeClass, d.Runtimes["runsc"])
 	}

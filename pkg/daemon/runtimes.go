@@ -33,9 +33,9 @@ func handlers(cfg *config.Config) (map[string]runtime.Handler, map[string]error)
 		rt := cfg.Runtimes[name]
 		switch rt.Type {
 		case config.RuntimeProcess:
-			hs[name] = runtime.NewProcess(rt.Root)
+			hs[name] = runtime.NewProcess(cfg.RuntimeRoot(name))
 		default:
-			h, err := runtime.NewOCI(runtime.OCIConfig{Name: name, Binary: rt.Binary, Root: rt.Root, Args: rt.Args})
+			h, err := runtime.NewOCI(runtime.OCIConfig{Name: name, Binary: rt.Binary, Root: cfg.RuntimeRoot(name), Args: rt.Args})
 			if err != nil {
 				missing[name] = err
 				continue
