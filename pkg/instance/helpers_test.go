@@ -176,6 +176,7 @@ func newEnv(t testing.TB, handlers []string, opts ...envOption) *env {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		go e.drainAll(ctx) // as the router would: nothing is in flight
 		if err := m.Close(ctx); err != nil {
 			t.Errorf("close: %v", err)
 		}
@@ -292,6 +293,7 @@ type info struct {
 	Hostname    string            `json:"hostname"`
 	StdinEOF    bool              `json:"stdinEOF"`
 	StdinDetail string            `json:"stdinDetail"`
+	Started     time.Time         `json:"started"`
 	Files       []struct {
 		Path     string `json:"path"`
 		Exists   bool   `json:"exists"`
@@ -392,5 +394,31 @@ func (e *env) routerDrains(ctx context.Context, ns, rev, id string) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// drainAll calls Drained for every stopping instance until ctx ends.
+func (e *env) drainAll(ctx context.Context) {
+	for ctx.Err() == nil {
+		e.m.mu.Lock()
+		revs := make([]*revision, 0, len(e.m.revs))
+		for _, r := range e.m.revs {
+			revs = append(revs, r)
+		}
+		e.m.mu.Unlock()
+		for _, r := range revs {
+			r.mu.Lock()
+			var ids []string
+			for id, in := range r.instances {
+				if in.stopping {
+					ids = append(ids, id)
+				}
+			}
+			r.mu.Unlock()
+			for _, id := range ids {
+				e.m.Drained(r.key.namespace, r.key.name, id)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
