@@ -3,6 +3,7 @@ package instance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -36,6 +37,8 @@ func TestRunsARevision(t *testing.T) {
 				}
 				c.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
 				c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+				c.VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds", ReadOnly: true}}
+				r.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
 			})
 			mounts0, _, _ := e.leftovers(name)
 
@@ -57,7 +60,10 @@ func TestRunsARevision(t *testing.T) {
 				t.Errorf("config %+v %v, want timeout 5s", cfg, ok)
 			}
 
-			i := getInfo(t, eps[0])
+			var i info
+			if err := json.Unmarshal(get(t, eps[0], "/?path=/etc/creds/password"), &i); err != nil {
+				t.Fatal(err)
+			}
 			want := map[string]string{
 				"PORT":            "8080",
 				"K_SERVICE":       "svc-" + name,
@@ -102,6 +108,9 @@ func TestRunsARevision(t *testing.T) {
 					if ok, _, _ := i.file(p); !ok && p != "/etc/resolv.conf" {
 						t.Errorf("%s missing", p)
 					}
+				}
+				if ok, w, typ := i.file("/etc/creds/password"); !ok || w || typ != "file" {
+					t.Errorf("secret volume file: exists %v writable %v type %s, want a read-only file", ok, w, typ)
 				}
 				if ok, w, _ := i.file("/var/log"); !ok || !w {
 					t.Errorf("/var/log exists %v writable %v", ok, w)
