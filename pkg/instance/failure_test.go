@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/controller"
@@ -239,4 +240,20 @@ func mustStore(t testing.TB) *image.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestOOMKilled: a container over its memory limit is killed, and the
+// revision says so.
+func TestOOMKilled(t *testing.T) {
+	requireHandler(t, "runc")
+	ref := busyboxImage(t)
+	e := newEnv(t, []string{"runc"})
+	rev := newRev(t, "ns1", uniqueName("oom"), "runc", ref, shell("dd if=/dev/zero of=/dev/null bs=200M count=1"), func(r *servingv1.Revision) {
+		r.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
+	})
+	e.resolveAndEnsure(rev)
+	st := e.waitState(rev, 30*time.Second, "failed", failed)
+	if st.Reason != "ExitCode137" || !strings.Contains(st.Message, "OOMKilled") {
+		t.Errorf("state %+v, want ExitCode137 saying OOMKilled", st)
+	}
 }

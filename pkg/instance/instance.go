@@ -313,6 +313,7 @@ func (in *instance) start(ctx context.Context) error {
 	if in.mounted {
 		in.teardownContainer()
 	}
+	t0 := time.Now()
 	rootfs, err := r.m.opts.Images.Mount(img, in.dir)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -365,13 +366,15 @@ func (in *instance) start(ctx context.Context) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	in.logf.resetTail()
+	t1 := time.Now()
 	c, err := spec.handler.Create(ctx, in.id, in.dir, runtime.IO{Stdout: in.stdout, Stderr: in.stderr})
 	if err != nil {
 		return err
 	}
 	in.c = c
 	in.lastStarted = time.Now()
-	in.log.Debug("container started", "handler", spec.handlerName, "pid", c.Pid(), "sinceCreated", time.Since(in.born))
+	in.log.Debug("container started", "handler", spec.handlerName, "pid", c.Pid(), "sinceCreated", time.Since(in.born),
+		"bundle", t1.Sub(t0), "create", in.lastStarted.Sub(t1))
 	return nil
 }
 
@@ -470,13 +473,13 @@ func (in *instance) terminationMessage(st runtime.ExitStatus) string {
 			return m
 		}
 	}
+	if st.OOMKilled {
+		return "OOMKilled: the container used more memory than its limit"
+	}
 	if st.Code != 0 {
 		if t := in.logf.lastLines(); t != "" {
 			return t
 		}
-	}
-	if st.OOMKilled {
-		return "OOMKilled: the container used more memory than its limit"
 	}
 	if st.Code == 0 {
 		return "container exited with no error"

@@ -153,3 +153,44 @@ func TestRunsARevision(t *testing.T) {
 }
 
 func ptrBool(b bool) *bool { return &b }
+
+// TestRunAsNonRootAndPolicy: a container run as a non-root user can still
+// write what the contract says is writable; an operator policy that refuses
+// root fails a container that would run as root, naming the field.
+func TestRunAsNonRootAndPolicy(t *testing.T) {
+	for _, h := range []string{"runc", "runsc"} {
+		t.Run(h, func(t *testing.T) {
+			requireHandler(t, h)
+			ref := runtimeInfoImage(t)
+			e := newEnv(t, []string{h}, func(o *Options) { o.Policy.RefuseRoot = true })
+			name := uniqueName("nonroot-" + h)
+			rev := newRev(t, "ns1", name, h, ref, func(r *servingv1.Revision) {
+				r.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptrInt64(65532)}
+			})
+			e.resolveAndEnsure(rev)
+			e.waitState(rev, time.Minute, "ready", ready)
+			eps := e.m.Endpoints("ns1", name)
+			var i info
+			if err := json.Unmarshal(get(t, eps[0], "/?path=/dev/termination-log"), &i); err != nil {
+				t.Fatal(err)
+			}
+			if i.UID != 65532 {
+				t.Errorf("uid %d, want 65532", i.UID)
+			}
+			for _, p := range []string{"/tmp", "/var/log", "/dev/log", "/dev/termination-log"} {
+				if ok, w, _ := i.file(p); !ok || !w {
+					t.Errorf("%s: exists %v writable %v, want writable by uid 65532", p, ok, w)
+				}
+			}
+
+			root := newRev(t, "ns1", uniqueName("root-"+h), h, ref)
+			e.resolveAndEnsure(root)
+			st := e.waitState(root, 30*time.Second, "failed", failed)
+			if st.Reason != ReasonCreateContainerConfig || !strings.Contains(st.Message, "image.user") {
+				t.Errorf("state %+v, want CreateContainerConfigError naming image.user", st)
+			}
+		})
+	}
+}
+
+func ptrInt64(v int64) *int64 { return &v }

@@ -40,6 +40,32 @@ type prober struct {
 	port  int32
 	h2c   bool
 	dial  dialFunc
+
+	rt http.RoundTripper // made on first use; keeps no connection between probes
+}
+
+// transport returns the prober's HTTP transport: HTTP/2 with prior
+// knowledge for an h2c port, else HTTP/1.1 (TLS unverified for https, as
+// the kubelet's probes).
+func (p *prober) transport(scheme string) http.RoundTripper {
+	if p.rt != nil {
+		return p.rt
+	}
+	if p.h2c && scheme == "http" {
+		p.rt = &http2.Transport{
+			AllowHTTP: true,
+			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				return p.dial(ctx, network, addr)
+			},
+		}
+	} else {
+		p.rt = &http.Transport{
+			DialContext:       p.dial,
+			DisableKeepAlives: true,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // as the kubelet: a probe does not verify
+		}
+	}
+	return p.rt
 }
 
 // checkProbe refuses probes the runtime contract does not allow.
@@ -136,22 +162,7 @@ func (p *prober) checkHTTP(ctx context.Context, g *corev1.HTTPGetAction) error {
 		}
 		req.Header.Add(h.Name, h.Value)
 	}
-	var rt http.RoundTripper
-	if p.h2c && scheme == "http" {
-		rt = &http2.Transport{
-			AllowHTTP: true,
-			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-				return p.dial(ctx, network, addr)
-			},
-		}
-	} else {
-		rt = &http.Transport{
-			DialContext:       p.dial,
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // as the kubelet: a probe does not verify
-			ForceAttemptHTTP2: false,
-		}
-	}
+	rt := p.transport(scheme)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return fmt.Errorf("http probe %s: %w", url, err)

@@ -96,3 +96,25 @@ func TestUnsupportedProbes(t *testing.T) {
 		}
 	}
 }
+
+// TestH2CPort: a port named h2c is probed over HTTP/2 with prior knowledge
+// and its endpoints say H2C.
+func TestH2CPort(t *testing.T) {
+	requireHandler(t, "process")
+	ref := runtimeInfoImage(t)
+	e := newEnv(t, []string{"process"})
+	name := uniqueName("h2c")
+	rev := newRev(t, "ns1", name, "process", ref, func(r *servingv1.Revision) {
+		r.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "h2c", ContainerPort: 9090}}
+		r.Spec.Containers[0].ReadinessProbe = httpProbe("/healthz", 0, 0)
+	})
+	e.resolveAndEnsure(rev)
+	e.waitState(rev, time.Minute, "ready", ready)
+	eps := e.m.Endpoints("ns1", name)
+	if len(eps) != 1 || !eps[0].H2C {
+		t.Fatalf("endpoints %+v, want one with H2C", eps)
+	}
+	if i := getInfo(t, eps[0]); i.Env["PORT"] != "9090" {
+		t.Errorf("PORT %q", i.Env["PORT"])
+	}
+}
