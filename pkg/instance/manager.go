@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -279,6 +280,23 @@ func (m *Manager) revision(namespace, name string) *revision {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.revs[key{namespace, name}]
+}
+
+// ImagesInUse returns the image references (digests) of the revisions the
+// Manager runs, sorted, for the image cache's prune to keep.
+func (m *Manager) ImagesInUse() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	var refs []string
+	for _, r := range m.revs {
+		if ref := r.spec.ref; ref != "" && !seen[ref] {
+			seen[ref] = true
+			refs = append(refs, ref)
+		}
+	}
+	slices.Sort(refs)
+	return refs
 }
 
 // SetScale sets the number of instances the revision should have; the

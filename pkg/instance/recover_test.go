@@ -50,7 +50,7 @@ func managerIn(t testing.TB, dir, handler string) (*Manager, map[string]runtime.
 // two instances of a revision, says so, and waits to be killed.
 func TestRecoverHelper(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
-		t.Skip("helper process of TestRecoverAfterKill")
+		return // only as the helper process of TestRecoverAfterKill
 	}
 	dir, h, ref, name := os.Getenv(helperDir), os.Getenv(helperH), os.Getenv(helperRef), os.Getenv(helperRev)
 	m, _ := managerIn(t, dir, h)

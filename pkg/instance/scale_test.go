@@ -66,6 +66,9 @@ func TestScaleUpAndDrainingScaleDown(t *testing.T) {
 			e.resolveAndEnsure(rev)
 			e.waitState(rev, time.Minute, "ready", ready)
 
+			if got := e.m.ImagesInUse(); len(got) != 1 || got[0] != rev.Status.ContainerStatuses[0].ImageDigest {
+				t.Errorf("images in use %v", got)
+			}
 			n0 := e.notifications("ns1", name)
 			e.m.SetScale("ns1", name, 3)
 			st := e.waitState(rev, time.Minute, "3 ready", func(st controller.RevisionState) bool { return st.Actual == 3 })
