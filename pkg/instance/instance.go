@@ -272,9 +272,10 @@ func hostnameOf(id string) string {
 // that are not on the host's loopback (unreachable from the instance's
 // namespace) and its search domains.
 func resolvConf() string {
+	const none = "# knbox: no name server of the host is reachable from the instance's network namespace\n"
 	b, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
-		return ""
+		return none
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -294,7 +295,7 @@ func resolvConf() string {
 		out = append(out, strings.Join(f, " "))
 	}
 	if len(out) == 0 {
-		return ""
+		return none
 	}
 	return strings.Join(out, "\n") + "\n"
 }
@@ -340,11 +341,6 @@ func (in *instance) start(ctx context.Context) error {
 		Volumes:        in.volumes,
 		MachineMemory:  r.m.memory,
 		Policy:         r.m.opts.Policy,
-	}
-	if input.ResolvConf != "" {
-		if fi, err := os.Stat(input.ResolvConf); err == nil && fi.Size() == 0 {
-			input.ResolvConf = "" // the image's own
-		}
 	}
 	s, err := oci.Build(input)
 	if err != nil {

@@ -36,7 +36,7 @@ func TestRunsARevision(t *testing.T) {
 					{Name: "MISSING", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "x", Optional: ptrBool(true)}}},
 				}
 				c.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
-				c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+				c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("500m")}
 				c.VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds", ReadOnly: true}}
 				r.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
 			})
@@ -104,8 +104,11 @@ func TestRunsARevision(t *testing.T) {
 				if h != "runsc" && (i.Cgroup.MemoryLimit == nil || *i.Cgroup.MemoryLimit != 64<<20) {
 					t.Errorf("memory limit %v, want %d", i.Cgroup.MemoryLimit, 64<<20)
 				}
+				if h != "runsc" && (i.Cgroup.CPUQuota == nil || *i.Cgroup.CPUQuota != 50000 || i.Cgroup.CPUPeriod != 100000) {
+					t.Errorf("cpu quota %v period %d, want 50000/100000", i.Cgroup.CPUQuota, i.Cgroup.CPUPeriod)
+				}
 				for _, p := range []string{"/var/log", "/dev/log", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
-					if ok, _, _ := i.file(p); !ok && p != "/etc/resolv.conf" {
+					if ok, _, _ := i.file(p); !ok {
 						t.Errorf("%s missing", p)
 					}
 				}
