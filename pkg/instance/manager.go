@@ -282,6 +282,18 @@ func (m *Manager) revision(namespace, name string) *revision {
 	return m.revs[key{namespace, name}]
 }
 
+// Ready returns the number of ready instances of the revision (for the
+// autoscaler's Ready hook; it takes no lock the autoscaler could wait on).
+func (m *Manager) Ready(namespace, revision string) int32 {
+	r := m.revision(namespace, revision)
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readyLocked()
+}
+
 // ImagesInUse returns the image references (digests) of the revisions the
 // Manager runs, sorted, for the image cache's prune to keep.
 func (m *Manager) ImagesInUse() []string {

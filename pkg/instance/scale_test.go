@@ -72,8 +72,8 @@ func TestScaleUpAndDrainingScaleDown(t *testing.T) {
 			n0 := e.notifications("ns1", name)
 			e.m.SetScale("ns1", name, 3)
 			st := e.waitState(rev, time.Minute, "3 ready", func(st controller.RevisionState) bool { return st.Actual == 3 })
-			if st.Desired != 3 || !st.Active {
-				t.Errorf("state %+v", st)
+			if st.Desired != 3 || !st.Active || e.m.Ready("ns1", name) != 3 {
+				t.Errorf("state %+v, Ready %d", st, e.m.Ready("ns1", name))
 			}
 			if n := e.notifications("ns1", name) - n0; n < 3 {
 				t.Errorf("%d notifications while scaling up to 3, want at least 3", n)
