@@ -13,12 +13,15 @@
 //
 // Ensure starts a revision's loop, which pulls the digest that Resolve
 // returned (the revision's status.containerStatuses[0].imageDigest) once and
-// keeps the number of instances at the wanted scale: what SetScale (the
-// autoscaler) last said, at least one (Activate, the router's scale from
-// zero), and at least one until the revision has been ready once, so that
-// every new revision starts one instance even without traffic (the
-// deployment probe). A revision is Ready once one instance has passed its
-// readiness probe; it stays Ready when scaled to zero.
+// keeps the number of instances at the wanted scale: one until SetScale (the
+// autoscaler) first speaks, then what it last said; at least one after
+// Activate (the router's scale from zero); and at least one until the
+// revision has been ready once, so that every new revision starts one
+// instance even without traffic (the deployment probe). A revision whose
+// status says it was ready before this Manager saw it (the daemon restarted)
+// has passed its deployment probe and waits for SetScale or Activate. A
+// revision is Ready once one instance has passed its readiness probe; it
+// stays Ready when scaled to zero (Active false).
 //
 // Failures are reported as Knative reports them: an image that cannot be
 // pulled is retried with backoff and reported as ImagePullBackOff; a
@@ -73,6 +76,22 @@
 // (time, stream, F or P for a partial line, message), rotated at 10 MiB with
 // one older file kept. The logs of the last 10 stopped instances of a
 // revision are kept; Remove deletes them all. Logs merges them by time.
+//
+// # Wiring
+//
+// The daemon makes one Manager, calls Recover, and hands it to the
+// controller (controller.Runtime), the router (router.Instances) and the
+// autoscaler's hooks (Ready and SetScale); Close stops everything. The
+// image cache's prune should keep ImagesInUse.
+//
+// # Runtimes
+//
+// The process handler applies none of the spec's mounts: its instances have
+// no /dev/log, /dev/termination-log or tmpfs /tmp (see package runtime).
+// runsc needs --host-uds=open for /dev/log; runsc 20221219 enforces the
+// memory and CPU limits on its sandbox's host cgroup but shows the container
+// no cgroup files (its --cgroupfs emulation shows no limits), so the limits
+// are not visible inside a runsc container.
 //
 // # Goroutines
 //
