@@ -427,6 +427,7 @@ func (in *instance) supervise(ctx context.Context) (code int, msg string, stoppe
 	case why := <-restart:
 		stopProbes()
 		in.log.Info("liveness probe failed: restarting the container", "err", why)
+		in.platformLog("knbox: liveness probe failed, restarting the container: " + why)
 		in.terminate(ctx, c, ex, spec.timeout)
 		if ctx.Err() != nil {
 			return 0, "", true
@@ -448,26 +449,51 @@ func (in *instance) supervise(ctx context.Context) (code int, msg string, stoppe
 	st := ex.status
 	msg = in.terminationMessage(st)
 	in.log.Info("container exited", "status", st.String(), "ranFor", time.Since(in.lastStarted), "message", msg)
+	// The developer reads failures where they read their output (the last
+	// lines of which are there already; the termination log is not).
+	line := "knbox: the container exited (" + st.String() + ")"
+	if st.OOMKilled {
+		line = "knbox: the container exited (OOMKilled: over its memory limit)"
+	}
+	if m := in.terminationLog(); m != "" {
+		line += ": " + m
+	}
+	in.platformLog(line)
 	return exitCode(st), msg, false
 }
 
 func exitCode(st runtime.ExitStatus) int { return st.Code }
+
+// platformLog writes a line of knbox's own into the instance's log, beside
+// the container's output.
+func (in *instance) platformLog(line string) {
+	if in.logf != nil {
+		in.logf.record(streamStderr, false, []byte(line))
+	}
+}
 
 func (in *instance) flushOutput() {
 	in.stdout.Flush()
 	in.stderr.Flush()
 }
 
+// terminationLog is what the container wrote to /dev/termination-log.
+func (in *instance) terminationLog() string {
+	f, err := os.Open(filepath.Join(in.dir, "termination-log"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, maxTerminationMessage)
+	n, _ := f.Read(b)
+	return strings.TrimSpace(string(b[:n]))
+}
+
 // terminationMessage is what the container wrote to its termination log,
 // else (when it failed) the last lines of its output, else its exit status.
 func (in *instance) terminationMessage(st runtime.ExitStatus) string {
-	if f, err := os.Open(filepath.Join(in.dir, "termination-log")); err == nil {
-		b := make([]byte, maxTerminationMessage)
-		n, _ := f.Read(b)
-		f.Close()
-		if m := strings.TrimSpace(string(b[:n])); m != "" {
-			return m
-		}
+	if m := in.terminationLog(); m != "" {
+		return m
 	}
 	if st.OOMKilled {
 		return "OOMKilled: the container used more memory than its limit"

@@ -495,14 +495,21 @@ func (r *revision) setReady(in *instance, ready bool) {
 	r.mu.Lock()
 	changed := in.ready != ready
 	in.ready = ready
+	first := false
 	if ready && changed {
 		if !r.everReady {
 			r.log.Info("revision ready", "instance", in.id, "sinceCreated", time.Since(in.born))
+			first = true
 		}
 		r.everReady = true
 		r.fail = nil
 	}
 	r.mu.Unlock()
+	if first {
+		// The deployment probe is done: what is wanted may drop (to the
+		// autoscaler's scale, zero for initial-scale 0), so the loop runs.
+		r.poke()
+	}
 	if changed {
 		r.m.notify(r.key)
 	}
@@ -522,16 +529,15 @@ func (r *revision) startFailed(in *instance, err error) {
 }
 
 // exited records that an instance's container ended on its own.
+//
+// The failure is reported while no instance of the revision is ready (as
+// Knative reports a pod's last termination while no replica is available),
+// also after the revision was once ready; the next ready instance clears it.
 func (r *revision) exited(in *instance, code int, message string) {
 	r.mu.Lock()
-	report := !r.everReady
-	if report {
-		r.fail = &failure{kind: failCrash, reason: servingv1.ExitCodeReason(int32(code)), message: servingv1.RevisionContainerExitingMessage(message)}
-	}
+	r.fail = &failure{kind: failCrash, reason: servingv1.ExitCodeReason(int32(code)), message: servingv1.RevisionContainerExitingMessage(message)}
 	r.mu.Unlock()
-	if report {
-		r.m.notify(r.key)
-	}
+	r.m.notify(r.key)
 }
 
 // instanceEnded forgets an instance whose goroutine is ending.

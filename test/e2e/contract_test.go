@@ -241,7 +241,7 @@ func (e *contractEnv) checkInfo(t *testing.T, rc, hostname string) {
 			t.Errorf("hostname %q inside, host's %q: want the container's own UTS namespace", info.Hostname, hostname)
 		}
 	})
-	t.Run("cgroup-limits", func(t *testing.T) { ctCheckCgroupLimits(t, info, infoMemoryLimit, true) })
+	t.Run("cgroup-limits", func(t *testing.T) { ctCheckCgroupLimitsFor(t, rc, info, infoMemoryLimit, true) })
 	t.Run("command-args-workingdir", func(t *testing.T) {
 		want := append(slices.Clone(infoCommand), infoArgs...)
 		if !slices.Equal(info.Args, want) {
@@ -338,6 +338,13 @@ func ctCheckProcSysReadOnly(t *testing.T, rc string, info *ctInfo) {
 	if m, ok := info.mount("/proc/sys"); rc == "runc" && (!ok || !m.readOnly()) {
 		t.Errorf("/proc/sys: want a read-only mount, got %+v (found %v)\nmounts:\n%s", m, ok, info.mountsString())
 	}
+	if rc == "runsc" {
+		// gVisor 20221219 (Debian 12) implements neither readonlyPaths nor
+		// maskedPaths (google/gvisor#9245): access(2) says /proc/sys is
+		// writable, yet writes are refused (EPERM), which
+		// ro/sysctl-write-refused checks. Known gap, in the README.
+		return
+	}
 	for _, p := range []string{"/proc/sys", "/proc/sys/kernel/hostname"} {
 		if f := info.file(t, p); f.Writable {
 			t.Errorf("%s writable by root inside the container: %s", p, f)
@@ -359,6 +366,22 @@ func ctCheckMaskedPaths(t *testing.T, info *ctInfo, firmware []string) {
 			t.Errorf("%s (masked /sys/firmware) visible in the container: %s", p, f)
 		}
 	}
+}
+
+// ctCheckCgroupLimitsFor is ctCheckCgroupLimits, but for runsc: gVisor
+// 20221219 (Debian 12) shows no cgroup files inside the sandbox, so the
+// limits cannot be seen there (they are enforced on the sandbox's host
+// cgroup: pkg/runtime's TestRunscMemoryLimit and pkg/instance check it).
+// Known gap, in the README; this fails once a newer runsc shows them, so
+// the full check can be switched on.
+func ctCheckCgroupLimitsFor(t *testing.T, rc string, info *ctInfo, memLimit int64, cpu bool) {
+	if rc == "runsc" {
+		if info.Cgroup.Version != 0 {
+			t.Errorf("runsc now shows cgroup files (version %d): check the limits for runsc too", info.Cgroup.Version)
+		}
+		return
+	}
+	ctCheckCgroupLimits(t, info, memLimit, cpu)
 }
 
 // ctCheckCgroupLimits: the memory limit (and with cpu the quota, period and
@@ -678,7 +701,7 @@ func (e *contractEnv) checkOOM(t *testing.T, rc string) {
 	rev := svc + "-00001"
 	e.waitReady(t, svc)
 	before := e.info(t, svc)
-	t.Run("limit-visible", func(t *testing.T) { ctCheckCgroupLimits(t, before, oomMemoryLimit, false) })
+	t.Run("limit-visible", func(t *testing.T) { ctCheckCgroupLimitsFor(t, rc, before, oomMemoryLimit, false) })
 	code, body, err := e.get(t, svc, "/alloc?mb=256", 60*time.Second)
 	if err == nil && code == 200 {
 		t.Errorf("/alloc?mb=256 succeeded with a 64Mi limit: %s", body)
@@ -690,6 +713,19 @@ func (e *contractEnv) checkOOM(t *testing.T, rc string) {
 	deadline := time.Now().Add(30 * time.Second)
 	var conds []ctCondition
 	var logs string
+	if rc == "runsc" {
+		// gVisor 20221219 removes the cgroups it made when the sandbox
+		// exits, so knbox cannot tell an OOM kill from another SIGKILL:
+		// the logs say the container was killed. Known gap, in the README.
+		for time.Now().Before(deadline) {
+			if logs, _ = e.knboxLogs(t, svc); strings.Contains(logs, "killed by signal 9") {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		t.Errorf("runsc: the container was killed over its memory limit, but `knbox logs %s` does not say it was killed:\n%s", svc, logs)
+		return
+	}
 	for time.Now().Before(deadline) {
 		conds = e.conditions(t, "rev/"+rev)
 		if ctContainsOOM(ctConditionsString(conds)) {
