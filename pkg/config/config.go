@@ -81,6 +81,9 @@ type Config struct {
 	HTTPSAddr     string `json:"httpsAddr,omitempty"`
 	HTTPSCertFile string `json:"httpsCertFile,omitempty"`
 	HTTPSKeyFile  string `json:"httpsKeyFile,omitempty"`
+	// InsecureRegistries (host or host:port) may be reached over plain
+	// HTTP; registries on loopback always may, all others need HTTPS.
+	InsecureRegistries []string `json:"insecureRegistries,omitempty"`
 	// DataDir holds the store, the credentials, images and instances.
 	DataDir string `json:"dataDir,omitempty"`
 	// TokenAuthFile is an optional static token file in kube-apiserver's
@@ -142,6 +145,7 @@ func parse(b []byte) (*Config, error) {
 		HTTPSAddr:           f.HTTPSAddr,
 		HTTPSCertFile:       f.HTTPSCertFile,
 		HTTPSKeyFile:        f.HTTPSKeyFile,
+		InsecureRegistries:  f.InsecureRegistries,
 		DataDir:             f.DataDir,
 		TokenAuthFile:       f.TokenAuthFile,
 		APIHosts:            f.APIHosts,
@@ -178,6 +182,7 @@ type fileConfig struct {
 	HTTPSAddr           string                                `json:"httpsAddr"`
 	HTTPSCertFile       string                                `json:"httpsCertFile"`
 	HTTPSKeyFile        string                                `json:"httpsKeyFile"`
+	InsecureRegistries  []string                              `json:"insecureRegistries"`
 	DataDir             string                                `json:"dataDir"`
 	TokenAuthFile       string                                `json:"tokenAuthFile"`
 	APIHosts            []string                              `json:"apiHosts"`
@@ -281,6 +286,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBodyBytes <= 0 {
 		return fmt.Errorf("maxRequestBodyBytes: must be positive, was %d", c.MaxRequestBodyBytes)
+	}
+	for i, r := range c.InsecureRegistries {
+		host := r
+		if h, _, err := net.SplitHostPort(r); err == nil {
+			host = h
+		}
+		if strings.Contains(r, "/") || validateHost(host) != nil {
+			return fmt.Errorf("insecureRegistries[%d]: %q is not a registry host or host:port", i, r)
+		}
 	}
 	for i, h := range c.APIHosts {
 		if err := validateHost(h); err != nil {

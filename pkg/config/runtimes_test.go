@@ -61,3 +61,15 @@ defaultRuntimeClass: runsc
 		}
 	}
 }
+
+func TestInsecureRegistries(t *testing.T) {
+	c, err := parse([]byte("insecureRegistries: [registry.lan:5000, mirror.internal]\n"))
+	if err != nil || len(c.InsecureRegistries) != 2 {
+		t.Fatalf("%v %v", c, err)
+	}
+	for _, bad := range []string{"insecureRegistries: [\"http://x\"]\n", "insecureRegistries: [\"a b\"]\n"} {
+		if _, err := parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "insecureRegistries[0]") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -48,7 +48,7 @@ func splitKey(k string) (ns, name string) {
 
 func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconfig.Config, kube kubernetes.Interface,
 	handlers map[string]runtime.Handler, routes *routing.Table, log *slog.Logger) (*dataPlane, error) {
-	images, err := image.Open(image.Options{Root: filepath.Join(cfg.DataDir, "images")})
+	images, err := image.Open(image.Options{Root: filepath.Join(cfg.DataDir, "images"), Insecure: cfg.InsecureRegistries})
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
