@@ -51,6 +51,8 @@ lint: ## gofmt, go vet, staticcheck, and go.mod/go.sum tidy
 bench: ## run the benchmarks: go test -bench, then the tables of bench/
 	$(GO) test -run=NONE -bench=. -benchmem -p 1 ./...
 	$(GO) run ./bench/api
+	$(GO) run ./bench/instance
+	$(GO) run ./bench/dataplane
 
 .PHONY: fuzz
 fuzz: ## run every fuzz target (found with go test -list) for FUZZTIME each
