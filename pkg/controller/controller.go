@@ -110,14 +110,14 @@ func New(opts Options) (*Controller, error) {
 	c.watch(sv.Configurations().Informer(), func(o metaObject) {
 		c.enqueue(kindConfiguration, o.GetNamespace(), o.GetName())
 		c.enqueueOwner(kindService, o)
-		c.enqueueNamespace(kindRoute, o.GetNamespace())
+		c.enqueueRoutes(o.GetNamespace())
 	})
 	c.watch(sv.Revisions().Informer(), func(o metaObject) {
 		c.enqueue(kindRevision, o.GetNamespace(), o.GetName())
 		if cfg := o.GetLabels()["serving.knative.dev/configuration"]; cfg != "" {
 			c.enqueue(kindConfiguration, o.GetNamespace(), cfg)
 		}
-		c.enqueueNamespace(kindRoute, o.GetNamespace())
+		c.enqueueRoutes(o.GetNamespace())
 	})
 	c.watch(sv.Routes().Informer(), func(o metaObject) {
 		c.enqueue(kindRoute, o.GetNamespace(), o.GetName())
@@ -163,12 +163,9 @@ func (c *Controller) enqueueOwner(kind string, o metaObject) {
 	}
 }
 
-// enqueueNamespace wakes every object of kind in namespace (routes read
+// enqueueRoutes wakes every route in namespace (routes read
 // configurations and revisions by name, so any of them may care).
-func (c *Controller) enqueueNamespace(kind, namespace string) {
-	if kind != kindRoute {
-		return
-	}
+func (c *Controller) enqueueRoutes(namespace string) {
 	rts, err := c.routes.Routes(namespace).List(everything())
 	if err != nil {
 		return

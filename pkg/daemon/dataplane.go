@@ -91,7 +91,7 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 		Logger: log.With("component", "autoscaler"),
 		Ready: func(rev string) int32 {
 			ns, name := splitKey(rev)
-			return int32(len(mgr.Endpoints(ns, name)))
+			return mgr.Ready(ns, name)
 		},
 		SetScale: func(rev string, desired int32) {
 			ns, name := splitKey(rev)

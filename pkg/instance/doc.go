@@ -82,7 +82,9 @@
 // The daemon makes one Manager, calls Recover, and hands it to the
 // controller (controller.Runtime), the router (router.Instances) and the
 // autoscaler's hooks (Ready and SetScale); Close stops everything. The
-// image cache's prune should keep ImagesInUse.
+// image cache's prune keeps at least ImagesInUse (the daemon keeps the
+// digest of every Revision in the API, a superset that also covers
+// revisions this Manager has not seen since a restart).
 //
 // # Runtimes
 //
