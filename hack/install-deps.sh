@@ -19,6 +19,11 @@ DEPS=(
 	# serves, so install_kubectl builds a v1.29 kubectl first and falls back
 	# to the package only if that fails.
 	kubectl:kubernetes-client
+	# Egress mode (egress.enabled): the CNI plugins bridge, host-local and
+	# firewall, which need iptables. Tests check the mode, so both are
+	# installed for them.
+	cni-plugins:containernetworking-plugins
+	iptables:iptables
 )
 
 # kubectl of the Kubernetes line knbox speaks (k8s.io/api v0.29 in go.mod).
@@ -117,6 +122,11 @@ have_busybox() {
 	! ldd "$b" >/dev/null 2>&1
 }
 
+# Debian installs the CNI plugins in /usr/lib/cni, not on PATH.
+have_cni-plugins() {
+	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/firewall ]]
+}
+
 have() {
 	if declare -F "have_$1" >/dev/null; then
 		"have_$1"
@@ -148,5 +158,9 @@ if ((${#installed[@]})); then
 fi
 for dep in "${DEPS[@]}"; do
 	cmd=${dep%%:*}
-	log "$cmd: $(command -v "$cmd")"
+	if [[ $cmd == cni-plugins ]]; then
+		log "$cmd: /usr/lib/cni"
+	else
+		log "$cmd: $(command -v "$cmd")"
+	fi
 done

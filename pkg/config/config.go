@@ -104,6 +104,8 @@ type Config struct {
 	Runtimes map[string]Runtime `json:"runtimes,omitempty"`
 	// DefaultRuntimeClass is used by revisions that name no RuntimeClass.
 	DefaultRuntimeClass string `json:"defaultRuntimeClass,omitempty"`
+	// Egress gives instances outbound network (off by default).
+	Egress Egress `json:"egress,omitempty"`
 }
 
 // Default returns the configuration used when there is no file.
@@ -152,6 +154,7 @@ func parse(b []byte) (*Config, error) {
 		MaxRequestBodyBytes: f.MaxRequestBodyBytes,
 		Runtimes:            f.Runtimes,
 		DefaultRuntimeClass: f.DefaultRuntimeClass,
+		Egress:              f.Egress,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -190,6 +193,7 @@ type fileConfig struct {
 	ConfigMaps          map[string]map[string]json.RawMessage `json:"configMaps"`
 	Runtimes            map[string]Runtime                    `json:"runtimes"`
 	DefaultRuntimeClass string                                `json:"defaultRuntimeClass"`
+	Egress              Egress                                `json:"egress"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -239,6 +243,7 @@ func (c *Config) applyDefaults() {
 		c.ConfigMaps = map[string]map[string]string{}
 	}
 	c.applyRuntimeDefaults()
+	c.Egress.applyDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -302,6 +307,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateRuntimes(); err != nil {
+		return err
+	}
+	if err := c.Egress.validate(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {

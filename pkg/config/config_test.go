@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 			"process": {Type: "process"},
 		},
 		DefaultRuntimeClass: "runc",
+		Egress:              Egress{Subnet: "10.89.0.0/16", Bridge: "knbox0", CNIPluginDirs: []string{"/usr/lib/cni", "/opt/cni/bin"}},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -202,6 +203,10 @@ dataDir: /srv/knbox
 tokenAuthFile: /etc/knbox/tokens.csv
 apiHosts: [box.example.com, 192.0.2.7, "*.apps.example.com"]
 maxRequestBodyBytes: 1048576
+egress:
+  enabled: true
+  subnet: 172.30.0.0/24
+  bridge: kbx1
 configMaps:
   config-features:
     kubernetes.podspec-runtimeclassname: disabled
@@ -239,6 +244,12 @@ configMaps:
 		c.TokenAuthFile != "/etc/knbox/tokens.csv" || c.MaxRequestBodyBytes != 1<<20 ||
 		!reflect.DeepEqual(c.APIHosts, []string{"box.example.com", "192.0.2.7", "*.apps.example.com"}) {
 		t.Errorf("settings: %+v", c)
+	}
+	if want := (Egress{Enabled: true, Subnet: "172.30.0.0/24", Bridge: "kbx1", CNIPluginDirs: DefaultCNIPluginDirs}); !reflect.DeepEqual(c.Egress, want) {
+		t.Errorf("egress: %+v, want %+v", c.Egress, want)
+	}
+	if got := c.EgressSubnet().String(); got != "172.30.0.0/24" {
+		t.Errorf("EgressSubnet() = %s", got)
 	}
 	s, err := c.Serving()
 	if err != nil {
@@ -334,6 +345,14 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"duplicate key", "dataDir: /a\ndataDir: /b\n", []string{"dataDir"}},
 		{"not YAML", "apiAddr: [\n", []string{"yaml"}},
 		{"unknown feature", "configMaps:\n  config-features:\n    kubernetes.podspec-runtimeclasname: enabled\n", []string{"config-features", `unknown feature "kubernetes.podspec-runtimeclasname"`}},
+		{"egress subnet not a prefix", "egress:\n  enabled: true\n  subnet: 10.89.0.0\n", []string{"egress.subnet", `"10.89.0.0"`}},
+		{"egress subnet IPv6", "egress:\n  subnet: fd00::/64\n", []string{"egress.subnet", "IPv4"}},
+		{"egress subnet too small", "egress:\n  subnet: 10.89.0.0/31\n", []string{"egress.subnet", "/30"}},
+		{"egress subnet host bits", "egress:\n  subnet: 10.89.0.1/16\n", []string{"egress.subnet", "10.89.0.0/16"}},
+		{"egress subnet loopback", "egress:\n  subnet: 127.0.0.0/8\n", []string{"egress.subnet", "loopback"}},
+		{"egress bridge too long", "egress:\n  bridge: a-bridge-name-too-long\n", []string{"egress.bridge"}},
+		{"egress relative plugin dir", "egress:\n  cniPluginDirs: [cni]\n", []string{"egress.cniPluginDirs[0]"}},
+		{"egress unknown field", "egress:\n  enable: true\n", []string{`unknown field "enable"`}},
 		{"bad feature value", "configMaps:\n  config-features:\n    multi-container: yes-please\n", []string{"config-features", "multi-container", `"yes-please"`}},
 	}
 	for _, tt := range tests {

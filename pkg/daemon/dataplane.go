@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/instance"
+	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/oci"
 	"github.com/knbox/knbox/pkg/router"
 	"github.com/knbox/knbox/pkg/routing"
@@ -61,6 +63,10 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 	if m := oci.MaxOpenFiles(); m < openFiles {
 		openFiles = m
 	}
+	egress, err := setupEgress(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := instance.New(instance.Options{
 		Images:              images,
 		Handlers:            handlers,
@@ -78,6 +84,7 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 		StateDir:         filepath.Join(cfg.DataDir, "instances"),
 		ProgressDeadline: dep.ProgressDeadline,
 		Policy:           oci.Policy{OpenFiles: openFiles},
+		Egress:           egress,
 		Logger:           log.With("component", "instance"),
 	})
 	if err != nil {
@@ -188,4 +195,48 @@ func (l kubeLookup) ConfigMap(ns, name string) (*corev1.ConfigMap, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return l.kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// setupEgress returns the egress bridge's handle when egress is on. When it
+// is off but an earlier run left attachments (it was on then), those are
+// detached and the bridge removed: turning egress off leaves nothing behind.
+func setupEgress(ctx context.Context, cfg *config.Config, log *slog.Logger) (*network.Egress, error) {
+	ecfg := network.EgressConfig{
+		Bridge:     cfg.Egress.Bridge,
+		Subnet:     cfg.EgressSubnet(),
+		PluginDirs: cfg.Egress.CNIPluginDirs,
+		StateDir:   filepath.Join(cfg.DataDir, "cni"),
+	}
+	if cfg.Egress.Enabled {
+		eg, err := network.NewEgress(ecfg)
+		if err != nil {
+			return nil, fmt.Errorf("egress.enabled: %w", err)
+		}
+		return eg, nil
+	}
+	if _, err := os.Stat(ecfg.StateDir); err != nil {
+		return nil, nil
+	}
+	eg, err := network.NewEgress(ecfg)
+	if err != nil {
+		log.Warn("egress is off, and what an earlier run attached cannot be detached", "err", err)
+		return nil, nil
+	}
+	ids, err := eg.Attached()
+	if err != nil {
+		log.Warn("egress is off; listing earlier attachments", "err", err)
+	}
+	for _, id := range ids {
+		ns := &network.NS{Name: id, Path: filepath.Join(network.DefaultRoot, id)}
+		if err := eg.Detach(ctx, ns); err != nil {
+			log.Warn("egress is off; detaching an earlier attachment", "netns", id, "err", err)
+		}
+	}
+	if err := eg.Remove(); err != nil {
+		log.Warn("egress is off; removing the bridge", "err", err)
+	}
+	if err := os.RemoveAll(ecfg.StateDir); err != nil {
+		log.Warn("egress is off; removing its state", "err", err)
+	}
+	return nil, nil
 }

@@ -209,6 +209,16 @@ func (in *instance) prepare(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("prepare instance: network namespace: %w", err)
 		}
+		if eg := r.m.opts.Egress; eg != nil {
+			addr, err := eg.Attach(r.m.ctx, ns)
+			if err != nil {
+				if derr := ns.Delete(); derr != nil {
+					in.log.Warn("delete network namespace", "err", derr)
+				}
+				return fmt.Errorf("prepare instance: %w", err)
+			}
+			in.log.Debug("egress attached", "addr", addr)
+		}
 		r.mu.Lock()
 		in.ns = ns
 		r.mu.Unlock()
@@ -698,6 +708,14 @@ func (in *instance) cleanup() {
 		}
 	}
 	if ns := in.nsOf(); ns != nil {
+		if eg := in.r.m.opts.Egress; eg != nil {
+			// Not bound to the Manager's context: cleanup also runs at Close.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := eg.Detach(ctx, ns); err != nil {
+				in.log.Warn("detach egress; Recover will retry", "err", err)
+			}
+			cancel()
+		}
 		if err := ns.Delete(); err != nil {
 			in.log.Warn("delete network namespace", "err", err)
 		} else {

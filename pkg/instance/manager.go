@@ -59,6 +59,10 @@ type Options struct {
 	// NetNSRoot is where instances' network namespaces are bind-mounted
 	// ("": network.DefaultRoot).
 	NetNSRoot string
+	// Egress, when set, attaches every instance's network namespace to the
+	// egress bridge (outbound network through NAT) after making it, and
+	// detaches it before deleting it; nil: loopback only.
+	Egress *network.Egress
 	// Logger receives instance lifecycle logs (nil: discard).
 	Logger *slog.Logger
 }

@@ -55,7 +55,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		left[e.Name()] = st
 	}
 	if len(left) == 0 {
-		return nil
+		return errors.Join(m.recoverEgress(ctx, live)...)
 	}
 
 	var errs []error
@@ -94,6 +94,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 		ok := true
 		for _, ns := range nss {
 			if ns.Name == st.NetNS {
+				if err := m.detachEgress(ctx, ns); err != nil {
+					errs = append(errs, fmt.Errorf("recover: %w", err))
+					ok = false
+					continue
+				}
 				if err := ns.Delete(); err != nil {
 					errs = append(errs, fmt.Errorf("recover: %w", err))
 					ok = false
@@ -117,8 +122,42 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		removed++
 	}
+	errs = append(errs, m.recoverEgress(ctx, live)...)
 	m.log.Info("recovered from an earlier run", "instances", removed, "containers", containers, "failed", len(errs))
 	return errors.Join(errs...)
+}
+
+// detachEgress detaches ns from the egress bridge, if egress is on.
+func (m *Manager) detachEgress(ctx context.Context, ns *network.NS) error {
+	if m.opts.Egress == nil {
+		return nil
+	}
+	return m.opts.Egress.Detach(ctx, ns)
+}
+
+// recoverEgress detaches what the egress bridge still holds for instances
+// that are not live: those whose directory or namespace went before their
+// attachment did (a crash in between, or a reboot that took the namespaces
+// and the firewall rules but not the addresses kept in the data dir).
+func (m *Manager) recoverEgress(ctx context.Context, live map[string]bool) []error {
+	if m.opts.Egress == nil {
+		return nil
+	}
+	ids, err := m.opts.Egress.Attached()
+	if err != nil {
+		return []error{fmt.Errorf("recover: %w", err)}
+	}
+	var errs []error
+	for _, id := range ids {
+		if live[id] {
+			continue
+		}
+		ns := &network.NS{Name: id, Path: filepath.Join(m.netnsRoot, id)}
+		if err := m.opts.Egress.Detach(ctx, ns); err != nil {
+			errs = append(errs, fmt.Errorf("recover: %w", err))
+		}
+	}
+	return errs
 }
 
 // mountsUnder returns the mount points at or below dir in this process's

@@ -19,9 +19,10 @@
 //
 // Dial and Listen take IP literals only (no name resolution, which would run
 // on other threads, in knbox's namespace), and Dial only loopback addresses:
-// traffic goes into an instance's namespace and nowhere else. An egress mode
-// (a bridge and NAT) is a later feature. The package imports no other knbox
-// package.
+// traffic goes into an instance's namespace and nowhere else. Egress (in
+// egress.go) optionally adds an eth0 with outbound network through a bridge
+// and NAT; knbox still dials the instance's loopback. The package imports no
+// other knbox package.
 //
 // Thread safety: namespace switches happen only on goroutines this package
 // starts and locks to their thread. If switching back fails, the goroutine

@@ -17,6 +17,8 @@
 //	/log?msg=M         writes M to stdout, stderr and the syslog socket /dev/log
 //	/healthz           200, or 500 once /fail-health was called
 //	/fail-health       makes /healthz fail from now on
+//	/net               JSON []Interface: the network interfaces and their addresses
+//	/dial?addr=A&ms=N  connects to A (IP:PORT) over TCP within N ms (default 5000), reads a line: JSON DialResult
 //
 // On SIGTERM it prints "SIGTERM received" to stdout, stops accepting
 // requests, waits for those in flight (at most 10s) and exits 0.
@@ -237,6 +239,8 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/alloc", s.allocate)
 	mux.HandleFunc("/log", s.logMsg)
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/net", interfaces)
+	mux.HandleFunc("/dial", dial)
 	mux.HandleFunc("/fail-health", func(w http.ResponseWriter, r *http.Request) {
 		s.unhealthy.Store(true)
 		io.WriteString(w, "health checks fail from now on\n")

@@ -1,0 +1,439 @@
+package network
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+)
+
+// Egress mode gives instances outbound network, when the operator turns it
+// on, with the standard CNI plugins (Debian's containernetworking-plugins):
+// "bridge" puts a veth into the namespace as eth0, plugs its other end into
+// a host bridge that is the default gateway, and masquerades what leaves
+// the subnet; "host-local" hands out the addresses; "firewall" accepts the
+// instance's forwarded traffic even where the FORWARD chain's policy drops.
+//
+// What stays as without egress: knbox still reaches an instance by dialing
+// its loopback from inside the namespace, never through the bridge. And an
+// instance still sees neither other instances nor the host's ports:
+//   - every instance's bridge port is isolated (the kernel's bridge port flag
+//     "isolated"), so frames between two instances are dropped;
+//   - the chains KNBOX-EGRESS-INPUT (iptables and ip6tables), jumped to from
+//     INPUT for packets in from the bridge, drop them all: nothing from an
+//     instance is delivered to the host, whichever host address it names;
+//   - the bridge has no IPv6 address (disable_ipv6), so link-local IPv6
+//     reaches nothing either.
+//
+// Forwarding (net.ipv4.ip_forward) is turned on by the bridge plugin, for the
+// whole host, as every container engine does.
+
+// Default egress settings.
+const (
+	DefaultEgressBridge  = "knbox0"
+	DefaultEgressNetwork = "knbox-egress"
+	inputChain           = "KNBOX-EGRESS-INPUT"
+)
+
+// DefaultCNIPluginDirs are where Debian (/usr/lib/cni) and the CNI project's
+// own releases (/opt/cni/bin) put the plugins.
+var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+
+// EgressConfig configures egress mode.
+type EgressConfig struct {
+	// Bridge is the host bridge's name (DefaultEgressBridge if empty). Its
+	// first address in Subnet is the instances' gateway.
+	Bridge string
+	// Subnet is the IPv4 prefix instances take their addresses from.
+	Subnet netip.Prefix
+	// PluginDirs are searched for the CNI plugins (DefaultCNIPluginDirs if
+	// empty).
+	PluginDirs []string
+	// StateDir holds CNI's result cache and host-local's allocations; what
+	// is in it lets DetachLeftovers undo attachments after a crash.
+	StateDir string
+}
+
+// Egress attaches namespaces to the egress bridge. It is safe for
+// concurrent use.
+type Egress struct {
+	cfg  EgressConfig
+	cni  *libcni.CNIConfig
+	list *libcni.NetworkConfigList
+
+	once     sync.Once
+	setupErr error
+}
+
+// egressPlugins are the CNI plugins egress mode runs, in chain order and
+// then the IPAM plugin.
+var egressPlugins = []string{"bridge", "firewall", "host-local"}
+
+// NewEgress checks that the plugins and iptables are there and returns an
+// Egress. It changes nothing on the host: the bridge and the firewall rules
+// are made by the first Attach.
+func NewEgress(cfg EgressConfig) (*Egress, error) {
+	if cfg.Bridge == "" {
+		cfg.Bridge = DefaultEgressBridge
+	}
+	if len(cfg.PluginDirs) == 0 {
+		cfg.PluginDirs = DefaultCNIPluginDirs
+	}
+	if !cfg.Subnet.IsValid() || !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 30 {
+		return nil, fmt.Errorf("egress: subnet %q: want an IPv4 prefix of /30 or wider", cfg.Subnet)
+	}
+	if cfg.Subnet != cfg.Subnet.Masked() {
+		return nil, fmt.Errorf("egress: subnet %s has host bits set (did you mean %s?)", cfg.Subnet, cfg.Subnet.Masked())
+	}
+	if !validName.MatchString(cfg.Bridge) || len(cfg.Bridge) > 15 {
+		return nil, fmt.Errorf("egress: bridge %q: want an interface name of at most 15 characters", cfg.Bridge)
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("egress: StateDir is required")
+	}
+	for _, p := range egressPlugins {
+		found := false
+		for _, d := range cfg.PluginDirs {
+			if fi, err := os.Stat(filepath.Join(d, p)); err == nil && fi.Mode().IsRegular() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("egress: CNI plugin %q not found in %s (Debian: apt-get install containernetworking-plugins)", p, strings.Join(cfg.PluginDirs, ", "))
+		}
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil, fmt.Errorf("egress: iptables not found (Debian: apt-get install iptables): %w", err)
+	}
+	list, err := libcni.ConfListFromBytes(egressConfList(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	return &Egress{
+		cfg:  cfg,
+		cni:  libcni.NewCNIConfigWithCacheDir(cfg.PluginDirs, filepath.Join(cfg.StateDir, "cache"), nil),
+		list: list,
+	}, nil
+}
+
+// egressConfList is the CNI network configuration list of egress mode.
+func egressConfList(cfg EgressConfig) []byte {
+	type m = map[string]any
+	b, _ := json.Marshal(m{
+		"cniVersion": "1.0.0",
+		"name":       DefaultEgressNetwork,
+		"plugins": []m{{
+			"type":        "bridge",
+			"bridge":      cfg.Bridge,
+			"isGateway":   true,
+			"ipMasq":      true,
+			"hairpinMode": false,
+			"ipam": m{
+				"type":    "host-local",
+				"ranges":  [][]m{{{"subnet": cfg.Subnet.String()}}},
+				"routes":  []m{{"dst": "0.0.0.0/0"}},
+				"dataDir": filepath.Join(cfg.StateDir, "ipam"),
+			},
+		}, {
+			"type":    "firewall",
+			"backend": "iptables",
+		}},
+	})
+	return b
+}
+
+// Subnet is the prefix instances take their addresses from.
+func (e *Egress) Subnet() netip.Prefix { return e.cfg.Subnet }
+
+// Bridge is the host bridge's name.
+func (e *Egress) Bridge() string { return e.cfg.Bridge }
+
+func (e *Egress) runtimeConf(id, path string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: path, IfName: "eth0"}
+}
+
+// Attach gives the namespace an eth0 on the egress bridge with a default
+// route through it, and returns its address. Attaching a namespace twice
+// is an error; Detach first.
+func (e *Egress) Attach(ctx context.Context, ns *NS) (netip.Addr, error) {
+	if err := e.setup(); err != nil {
+		return netip.Addr{}, err
+	}
+	res, err := e.cni.AddNetworkList(ctx, e.list, e.runtimeConf(ns.Name, ns.Path))
+	if err != nil {
+		// ADD may have done part of its work (an address, a veth).
+		_ = e.cni.DelNetworkList(context.WithoutCancel(ctx), e.list, e.runtimeConf(ns.Name, ns.Path))
+		return netip.Addr{}, fmt.Errorf("egress: attach netns %s: %w", ns.Name, err)
+	}
+	addr, err := e.isolate(res)
+	if err != nil {
+		_ = e.cni.DelNetworkList(context.WithoutCancel(ctx), e.list, e.runtimeConf(ns.Name, ns.Path))
+		return netip.Addr{}, fmt.Errorf("egress: attach netns %s: %w", ns.Name, err)
+	}
+	return addr, nil
+}
+
+// isolate sets the isolated flag on the instance's bridge port and returns
+// the instance's address, both from the plugins' result.
+func (e *Egress) isolate(r types.Result) (netip.Addr, error) {
+	res, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var addr netip.Addr
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Unmap().Is4() {
+			addr = a.Unmap()
+		}
+	}
+	if !addr.IsValid() {
+		return netip.Addr{}, errors.New("the bridge plugin returned no IPv4 address")
+	}
+	isolated := false
+	for _, itf := range res.Interfaces {
+		if itf.Sandbox != "" || itf.Name == e.cfg.Bridge {
+			continue
+		}
+		link, err := netlink.LinkByName(itf.Name)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("find host veth %s: %w", itf.Name, err)
+		}
+		if err := netlink.LinkSetIsolated(link, true); err != nil {
+			return netip.Addr{}, fmt.Errorf("isolate bridge port %s: %w", itf.Name, err)
+		}
+		isolated = true
+	}
+	if !isolated {
+		return netip.Addr{}, errors.New("the bridge plugin returned no host-side veth")
+	}
+	return addr, nil
+}
+
+// Detach undoes Attach: the veth goes, the address is released, the
+// firewall and masquerade rules are removed. Detaching what is not
+// attached, or a namespace that is gone, is not an error.
+func (e *Egress) Detach(ctx context.Context, ns *NS) error {
+	path := ns.Path
+	if _, err := os.Stat(path); err != nil {
+		path = "" // the plugins release the address without it
+	}
+	var addrs []netip.Addr
+	if path == "" {
+		addrs = e.cachedAddrs(ns.Name)
+	}
+	if err := e.cni.DelNetworkList(ctx, e.list, e.runtimeConf(ns.Name, path)); err != nil {
+		return fmt.Errorf("egress: detach netns %s: %w", ns.Name, err)
+	}
+	if path == "" {
+		return e.removeMasquerade(ns.Name, addrs)
+	}
+	return nil
+}
+
+// cachedAddrs are the addresses CNI's result cache holds for id.
+func (e *Egress) cachedAddrs(id string) []netip.Addr {
+	r, err := e.cni.GetNetworkListCachedResult(e.list, e.runtimeConf(id, ""))
+	if err != nil || r == nil {
+		return nil
+	}
+	res, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Unmap().Is4() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// removeMasquerade removes the masquerade rules the bridge plugin made for
+// id. The plugin (1.1) finds the addresses to unmasquerade on the interface
+// inside the namespace, so when the namespace is gone it leaves them; the
+// chain's name and the rule's comment are the plugin's documented format:
+// "CNI-" and the first 24 hex digits of sha512(network name + id).
+func (e *Egress) removeMasquerade(id string, addrs []netip.Addr) error {
+	sum := sha512.Sum512([]byte(DefaultEgressNetwork + id))
+	chain := "CNI-" + hex.EncodeToString(sum[:])[:24]
+	comment := fmt.Sprintf("name: %q id: %q", DefaultEgressNetwork, id)
+	ipt := func(args ...string) error {
+		return exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).Run()
+	}
+	if ipt("-n", "-L", chain) != nil {
+		return nil // not there: nothing to do
+	}
+	for _, a := range addrs {
+		for range 4 { // a bounded number of duplicates
+			if ipt("-D", "POSTROUTING", "-s", a.String()+"/32", "-m", "comment", "--comment", comment, "-j", chain) != nil {
+				break
+			}
+		}
+	}
+	if err := ipt("-F", chain); err != nil {
+		return fmt.Errorf("egress: flush %s: %w", chain, err)
+	}
+	if err := ipt("-X", chain); err != nil {
+		return fmt.Errorf("egress: delete chain %s (still referenced from POSTROUTING?): %w", chain, err)
+	}
+	return nil
+}
+
+// Attached returns the names of the namespaces that have, or had at a crash,
+// an attachment: in CNI's result cache or holding an address. A crash
+// between allocating an address and caching the result leaves only the
+// address.
+func (e *Egress) Attached() ([]string, error) {
+	var ids []string
+	atts, err := e.cni.GetCachedAttachments("")
+	if err != nil {
+		return nil, fmt.Errorf("egress: cached attachments: %w", err)
+	}
+	for _, a := range atts {
+		if a.Network == DefaultEgressNetwork {
+			ids = append(ids, a.ContainerID)
+		}
+	}
+	dir := filepath.Join(e.cfg.StateDir, "ipam", DefaultEgressNetwork)
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("egress: addresses: %w", err)
+	}
+	for _, ent := range ents {
+		if _, err := netip.ParseAddr(ent.Name()); err != nil {
+			continue // host-local's lock and last_reserved_ip files
+		}
+		// host-local writes the container id on the file's first line.
+		f, err := os.Open(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		if sc.Scan() {
+			if id := strings.TrimSpace(sc.Text()); id != "" {
+				ids = append(ids, id)
+			}
+		}
+		f.Close()
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// setup makes, once, what all attachments share: the bridge without IPv6,
+// and the input chains that drop what instances send to the host.
+func (e *Egress) setup() error {
+	e.once.Do(func() { e.setupErr = e.doSetup() })
+	return e.setupErr
+}
+
+func (e *Egress) doSetup() error {
+	br, err := netlink.LinkByName(e.cfg.Bridge)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		la := netlink.NewLinkAttrs()
+		la.Name = e.cfg.Bridge
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("egress: create bridge %s: %w", e.cfg.Bridge, err)
+		}
+		br, err = netlink.LinkByName(e.cfg.Bridge)
+	}
+	if err != nil {
+		return fmt.Errorf("egress: bridge %s: %w", e.cfg.Bridge, err)
+	}
+	if _, ok := br.(*netlink.Bridge); !ok {
+		return fmt.Errorf("egress: %s exists and is a %s, not a bridge", e.cfg.Bridge, br.Type())
+	}
+	sysctl := "/proc/sys/net/ipv6/conf/" + e.cfg.Bridge + "/disable_ipv6"
+	if err := os.WriteFile(sysctl, []byte("1"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("egress: disable IPv6 on %s: %w", e.cfg.Bridge, err)
+	}
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if bin == "iptables" {
+				return fmt.Errorf("egress: %w", err)
+			}
+			continue // no IPv6 firewall: the bridge has no IPv6 address anyway
+		}
+		if err := inputRules(bin, e.cfg.Bridge); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
+	return nil
+}
+
+// inputRules makes the chain inputChain drop everything, and jumps to it
+// from INPUT for packets in from the bridge. Idempotent: a second run (a
+// restart) leaves one rule of each.
+func inputRules(bin, bridge string) error {
+	ipt := func(args ...string) error {
+		out, err := exec.Command(bin, append([]string{"-w", "-t", "filter"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if ipt("-n", "-L", inputChain) != nil {
+		if err := ipt("-N", inputChain); err != nil {
+			return err
+		}
+	}
+	if err := ipt("-F", inputChain); err != nil {
+		return err
+	}
+	if err := ipt("-A", inputChain, "-j", "DROP"); err != nil {
+		return err
+	}
+	jump := []string{"INPUT", "-i", bridge, "-j", inputChain}
+	if ipt(append([]string{"-C"}, jump...)...) == nil {
+		return nil
+	}
+	return ipt(append([]string{"-I"}, jump...)...)
+}
+
+// Remove deletes the bridge and the jumps from INPUT for it, and the input
+// chains if no other bridge jumps to them. For tests and for an operator
+// who turns egress off; Detach every namespace first.
+func (e *Egress) Remove() error {
+	var errs []error
+	if br, err := netlink.LinkByName(e.cfg.Bridge); err == nil {
+		if err := netlink.LinkDel(br); err != nil {
+			errs = append(errs, fmt.Errorf("egress: delete bridge %s: %w", e.cfg.Bridge, err))
+		}
+	}
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			continue
+		}
+		for range 4 { // a bounded number of duplicate jumps
+			if exec.Command(bin, "-w", "-t", "filter", "-D", "INPUT", "-i", e.cfg.Bridge, "-j", inputChain).Run() != nil {
+				break
+			}
+		}
+		// Fails while another bridge still jumps to the chain: it stays.
+		if exec.Command(bin, "-w", "-t", "filter", "-F", inputChain).Run() == nil {
+			if exec.Command(bin, "-w", "-t", "filter", "-X", inputChain).Run() != nil {
+				// Still referenced: put its rule back.
+				_ = exec.Command(bin, "-w", "-t", "filter", "-A", inputChain, "-j", "DROP").Run()
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

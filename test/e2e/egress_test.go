@@ -1,0 +1,396 @@
+package e2e
+
+// Egress mode end to end: knbox serve with egress.enabled, runtime-info
+// under runc and runsc, and a peer network namespace that this test makes
+// to stand for the outside world. All addresses are in 198.18.0.0/15, the
+// range reserved for benchmarking (RFC 2544), and exist only on this
+// machine: the instances' subnet is a random /24 of 198.18.0.0/16, the
+// peer's link a random /30 of 198.19.0.0/16.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/knbox/knbox/pkg/network"
+)
+
+// egressPeer is the test's "outside": a network namespace behind a veth
+// whose host end has hostAddr, answering TCP on peerAddr:8080 with the
+// address it sees the caller at.
+type egressPeer struct {
+	peerAddr, hostAddr netip.Addr
+}
+
+func newEgressPeer(t *testing.T, tag string, b1, b2 byte) *egressPeer {
+	t.Helper()
+	p30 := netip.AddrFrom4([4]byte{198, 19, b1, b2 &^ 3})
+	p := &egressPeer{hostAddr: p30.Next(), peerAddr: p30.Next().Next()}
+	root := filepath.Join(t.TempDir(), "netns")
+	ns, err := network.CreateIn(root, "peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Delete()
+		for range 4 { // the root is bound onto itself, maybe more than once
+			if unix.Unmount(root, unix.MNT_DETACH) != nil {
+				break
+			}
+		}
+	})
+	hostVeth, peerVeth := "keh"+tag, "kep"+tag
+	la := netlink.NewLinkAttrs()
+	la.Name = hostVeth
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: peerVeth}))
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(hostVeth); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	h, err := netlink.LinkByName(hostVeth)
+	must(err)
+	must(netlink.AddrAdd(h, &netlink.Addr{IPNet: &net.IPNet{IP: p.hostAddr.AsSlice(), Mask: net.CIDRMask(30, 32)}}))
+	must(netlink.LinkSetUp(h))
+	pv, err := netlink.LinkByName(peerVeth)
+	must(err)
+	f, err := os.Open(ns.Path)
+	must(err)
+	defer f.Close()
+	must(netlink.LinkSetNsFd(pv, int(f.Fd())))
+	// Configure the peer's end from inside its namespace.
+	nh, err := netlink.NewHandleAt(netnsHandle(t, ns.Path))
+	must(err)
+	defer nh.Close()
+	inner, err := nh.LinkByName(peerVeth)
+	must(err)
+	must(nh.AddrAdd(inner, &netlink.Addr{IPNet: &net.IPNet{IP: p.peerAddr.AsSlice(), Mask: net.CIDRMask(30, 32)}}))
+	must(nh.LinkSetUp(inner))
+
+	l, err := ns.Listen("tcp4", "0.0.0.0:8080")
+	must(err)
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			fmt.Fprintf(c, "%s\n", host)
+			c.Close()
+		}
+	}()
+	return p
+}
+
+// requireCNI fails in CI, and skips elsewhere, without the CNI plugins and
+// iptables (hack/install-deps.sh installs both).
+func requireCNI(t *testing.T) {
+	t.Helper()
+	missing := ""
+	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/firewall"} {
+		if _, err := os.Stat(p); err != nil {
+			missing = p
+		}
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		missing = "iptables"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s missing, and CI is set (hack/install-deps.sh installs it)", missing)
+	}
+	t.Skipf("%s missing (apt-get install containernetworking-plugins iptables)", missing)
+}
+
+type egressDial struct {
+	OK    bool   `json:"ok"`
+	Line  string `json:"line"`
+	Error string `json:"error"`
+}
+
+type egressInterface struct {
+	Name  string   `json:"name"`
+	Addrs []string `json:"addrs"`
+}
+
+func (e *contractEnv) dialFrom(t *testing.T, svc string, addr netip.AddrPort, ms int) egressDial {
+	t.Helper()
+	var d egressDial
+	body := e.mustGet(t, svc, fmt.Sprintf("/dial?addr=%s&ms=%d", addr, ms))
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatalf("/dial: %v\n%s", err, body)
+	}
+	return d
+}
+
+// eth0Addr is the instance's eth0 address, which must be in subnet.
+func (e *contractEnv) eth0Addr(t *testing.T, svc string, subnet netip.Prefix) netip.Addr {
+	t.Helper()
+	body := e.mustGet(t, svc, "/net")
+	var itfs []egressInterface
+	if err := json.Unmarshal(body, &itfs); err != nil {
+		t.Fatalf("/net: %v\n%s", err, body)
+	}
+	for _, i := range itfs {
+		if i.Name != "eth0" {
+			continue
+		}
+		for _, a := range i.Addrs {
+			if p, err := netip.ParsePrefix(a); err == nil && subnet.Contains(p.Addr()) {
+				return p.Addr()
+			}
+		}
+	}
+	t.Fatalf("%s: no eth0 address in %s: %s", svc, subnet, body)
+	return netip.Addr{}
+}
+
+// egressState is what the data dir and the firewall hold for egress.
+func egressState(t *testing.T, dataDir string) (addrs []string, rules []string) {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Join(dataDir, "cni", "ipam", network.DefaultEgressNetwork))
+	for _, e := range ents {
+		if _, err := netip.ParseAddr(e.Name()); err == nil {
+			b, _ := os.ReadFile(filepath.Join(dataDir, "cni", "ipam", network.DefaultEgressNetwork, e.Name()))
+			id, _, _ := strings.Cut(string(b), "\n")
+			addrs = append(addrs, e.Name()+"="+strings.TrimSpace(id))
+		}
+	}
+	for _, table := range []string{"filter", "nat"} {
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -S: %v: %s", err, out)
+		}
+		rules = append(rules, strings.Split(string(out), "\n")...)
+	}
+	return addrs, rules
+}
+
+// TestEgress: with egress on, instances under runc and runsc reach the
+// outside (masqueraded behind the host), but neither each other nor the
+// host; stopping knbox, and a kill -9 followed by a restart, leave no
+// address, veth or firewall rule behind.
+func TestEgress(t *testing.T) {
+	requireTool(t, "runc")
+	requireTool(t, "runsc")
+	requireCNI(t)
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatal(err)
+	}
+	tag := hex.EncodeToString(rnd[:3])
+	peer := newEgressPeer(t, tag, rnd[1], rnd[2])
+	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, rnd[0], 0}), 24)
+	bridge := "kbe" + tag
+	cfg := filepath.Join(t.TempDir(), "knbox.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("egress:\n  enabled: true\n  subnet: %s\n  bridge: %s\n", subnet, bridge)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the server starts, so it runs after it stopped.
+	t.Cleanup(func() {
+		eg, err := network.NewEgress(network.EgressConfig{Bridge: bridge, Subnet: subnet, StateDir: t.TempDir()})
+		if err == nil {
+			err = eg.Remove()
+		}
+		if err != nil {
+			t.Errorf("remove the test's bridge: %v", err)
+		}
+	})
+	// A host port on every host address: no instance may reach it.
+	hl, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	go func() {
+		for {
+			c, err := hl.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "host\n")
+			c.Close()
+		}
+	}()
+	hostPort := uint16(hl.Addr().(*net.TCPAddr).Port)
+
+	e := newContractEnv(t, "--config", cfg)
+	// On failure, what a killed or stuck knbox left attached goes too
+	// (registered after the server, so it runs before its data dir goes).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		e.k.srv.stop()
+		eg, err := network.NewEgress(network.EgressConfig{Bridge: bridge, Subnet: subnet, StateDir: filepath.Join(e.k.srv.dir, "cni")})
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		ids, _ := eg.Attached()
+		for _, id := range ids {
+			if err := eg.Detach(context.Background(), &network.NS{Name: id, Path: filepath.Join(network.DefaultRoot, id)}); err != nil {
+				t.Log(err)
+			}
+		}
+	})
+	for _, rc := range contractRuntimeClasses {
+		e.apply(t, contractService("egress", rc, corev1.Container{Image: e.infoRef}))
+	}
+	addrs := map[string]netip.Addr{}
+	for _, rc := range contractRuntimeClasses {
+		svc := "egress-" + rc
+		e.waitReady(t, svc)
+		addrs[rc] = e.eth0Addr(t, svc, subnet)
+	}
+	outside := netip.AddrPortFrom(peer.peerAddr, 8080)
+	for _, rc := range contractRuntimeClasses {
+		t.Run(rc, func(t *testing.T) {
+			svc := "egress-" + rc
+			if d := e.dialFrom(t, svc, outside, 10000); !d.OK || d.Line != peer.hostAddr.String() {
+				t.Errorf("to the outside %s: %+v, want the peer to see the host's address %s (masquerade)", outside, d, peer.hostAddr)
+			}
+			// Refusals. A drop shows as a timeout; the dial above shows
+			// the path works, so 2 s is enough to tell.
+			other := addrs["runc"]
+			if rc == "runc" {
+				other = addrs["runsc"]
+			}
+			for name, target := range map[string]netip.AddrPort{
+				"other instance":            netip.AddrPortFrom(other, 8080),
+				"host via the gateway":      netip.AddrPortFrom(subnet.Addr().Next(), hostPort),
+				"host via another address":  netip.AddrPortFrom(peer.hostAddr, hostPort),
+				"host via its own loopback": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), hostPort),
+			} {
+				if d := e.dialFrom(t, svc, target, 2000); d.OK {
+					t.Errorf("reached the %s at %s: %+v", name, target, d)
+				}
+			}
+		})
+	}
+
+	srv := e.k.srv
+	held, _ := egressState(t, srv.dir)
+	if len(held) < 2 {
+		t.Errorf("addresses held with two instances up: %v", held)
+	}
+
+	// kill -9, then a restart: Recover detaches what the killed process
+	// left attached (it runs once the runtimes are probed, after the API
+	// is up, so this waits for it).
+	srv.kill()
+	left, _ := egressState(t, srv.dir)
+	if len(left) == 0 {
+		t.Fatalf("kill -9 left no address to recover: the test would show nothing")
+	}
+	e.k.srv = startServerWith(t, srv.dir, srv.apiAddr, "--config", cfg)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		now, rules := egressState(t, srv.dir)
+		var still []string
+		for _, a := range left {
+			_, id, _ := strings.Cut(a, "=")
+			if slices.Contains(now, a) {
+				still = append(still, "address "+a)
+			}
+			for _, r := range rules {
+				if strings.Contains(r, fmt.Sprintf(`id: \"%s\"`, id)) {
+					still = append(still, "rule "+r)
+				}
+			}
+		}
+		if len(still) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2m after the restart, what the killed knbox attached is still there:\n%s", strings.Join(still, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// And egress works after the restart, in a new instance, once the
+	// data plane serves (it answers 503 while the runtimes are probed).
+	for {
+		code, body, err := e.get(t, "egress-runc", fmt.Sprintf("/dial?addr=%s&ms=10000", outside), 60*time.Second)
+		if err == nil && code == 200 {
+			var d egressDial
+			if err := json.Unmarshal(body, &d); err != nil || !d.OK {
+				t.Errorf("after the restart, to the outside: %s (%v)", body, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart: GET /dial: %d %v %s", code, err, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// A clean stop detaches every instance.
+	{
+		dir := e.k.srv.dir
+		e.k.srv.stop()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			addrs, rules := egressState(t, dir)
+			var ours []string
+			for _, r := range rules {
+				if strings.Contains(r, fmt.Sprintf(" -s 198.18.%d.", rnd[0])) || strings.Contains(r, fmt.Sprintf(" -d 198.18.%d.", rnd[0])) {
+					ours = append(ours, r)
+				}
+			}
+			br, err := netlink.LinkByName(bridge)
+			ports := 0
+			if err == nil {
+				links, _ := netlink.LinkList()
+				for _, l := range links {
+					if l.Attrs().MasterIndex == br.Attrs().Index {
+						ports++
+					}
+				}
+			}
+			if len(addrs) == 0 && ports == 0 && len(ours) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after knbox stopped: addresses %v, %d bridge ports, rules %v", addrs, ports, ours)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// netnsHandle opens the namespace at path for netlink.NewHandleAt.
+func netnsHandle(t *testing.T, path string) netns.NsHandle {
+	t.Helper()
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}

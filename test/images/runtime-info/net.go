@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+)
+
+// Interface is a network interface as the container sees it.
+type Interface struct {
+	Name  string   `json:"name"`
+	Up    bool     `json:"up"`
+	Addrs []string `json:"addrs"` // prefixes, e.g. 127.0.0.1/8
+}
+
+// DialResult is what /dial found.
+type DialResult struct {
+	Addr  string `json:"addr"`
+	OK    bool   `json:"ok"`
+	Line  string `json:"line,omitempty"`  // the first line the peer sent
+	Error string `json:"error,omitempty"` // why the dial or read failed
+}
+
+// maxDialTimeout bounds /dial's ?ms=.
+const maxDialTimeout = 30 * time.Second
+
+// interfaces answers /net: the container's network interfaces.
+func interfaces(w http.ResponseWriter, r *http.Request) {
+	itfs, err := net.Interfaces()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out := []Interface{}
+	for _, itf := range itfs {
+		i := Interface{Name: itf.Name, Up: itf.Flags&net.FlagUp != 0, Addrs: []string{}}
+		addrs, _ := itf.Addrs()
+		for _, a := range addrs {
+			i.Addrs = append(i.Addrs, a.String())
+		}
+		out = append(out, i)
+	}
+	writeJSON(w, out)
+}
+
+// dial answers /dial?addr=IP:PORT[&ms=N]: it connects over TCP (an IP
+// literal only, so no name server is asked), reads one line and reports.
+// The dial fails after ms milliseconds (default 5000).
+func dial(w http.ResponseWriter, r *http.Request) {
+	ap, err := netip.ParseAddrPort(r.URL.Query().Get("addr"))
+	if err != nil {
+		http.Error(w, "addr: want IP:PORT: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ms, ok := intParam(w, r, "ms", 5000)
+	if !ok {
+		return
+	}
+	timeout := min(time.Duration(ms)*time.Millisecond, maxDialTimeout)
+	res := DialResult{Addr: ap.String()}
+	c, err := net.DialTimeout("tcp", ap.String(), timeout)
+	if err != nil {
+		res.Error = err.Error()
+		writeJSON(w, res)
+		return
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(timeout))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		res.Error = "read: " + err.Error()
+	} else {
+		res.OK, res.Line = true, line[:len(line)-1]
+	}
+	writeJSON(w, res)
+}
