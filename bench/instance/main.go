@@ -1,7 +1,9 @@
 // Command instance reports how long an instance takes to start, from the
 // runtime's create to the first ready probe, per handler (runc, runsc),
 // next to the process handler (a plain child process: the cost of
-// everything but the OCI runtime) measured in the same run. It runs
+// everything but the OCI runtime) measured in the same run, and runc with
+// egress on (runc_egress: the namespace is attached to a bridge by the CNI
+// plugins before the container starts). It runs
 // pkg/instance's BenchmarkStart, which starts real containers from a cached
 // image, and prints one table. Run: go run ./bench/instance [-n 30]
 package main
