@@ -242,14 +242,13 @@ func resourceFieldRef(c *corev1.Container, ref *corev1.ResourceFieldSelector) (s
 }
 
 // prepareVolumes writes the revision's Secret, ConfigMap and projected
-// volumes into dir (one directory per volume) and makes emptyDir
-// directories, and returns them as oci.Volumes.
+// volumes into dir (one directory per volume, laid out as writeVolume says)
+// and makes emptyDir directories, and returns them as oci.Volumes.
 func (m *Manager) prepareVolumes(rev *servingv1.Revision, dir string) (map[string]oci.Volume, error) {
 	if len(rev.Spec.Volumes) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]oci.Volume, len(rev.Spec.Volumes))
-	ns := rev.Namespace
 	for i, v := range rev.Spec.Volumes {
 		vdir := filepath.Join(dir, strconv.Itoa(i))
 		if err := os.MkdirAll(vdir, 0o755); err != nil {
@@ -259,44 +258,61 @@ func (m *Manager) prepareVolumes(rev *servingv1.Revision, dir string) (map[strin
 			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		vol := oci.Volume{Path: vdir}
-		switch {
-		case v.Secret != nil:
-			if err := m.writeSecret(ns, vdir, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, v.Secret.DefaultMode); err != nil {
-				return nil, configErrorf("volume %s: %w", v.Name, err)
-			}
-		case v.ConfigMap != nil:
-			if err := m.writeConfigMap(ns, vdir, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, v.ConfigMap.DefaultMode); err != nil {
-				return nil, configErrorf("volume %s: %w", v.Name, err)
-			}
-		case v.Projected != nil:
-			for j, src := range v.Projected.Sources {
-				var err error
-				switch {
-				case src.Secret != nil:
-					err = m.writeSecret(ns, vdir, src.Secret.Name, src.Secret.Items, src.Secret.Optional, v.Projected.DefaultMode)
-				case src.ConfigMap != nil:
-					err = m.writeConfigMap(ns, vdir, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, v.Projected.DefaultMode)
-				default:
-					err = fmt.Errorf("sources[%d]: only secret and configMap sources are supported", j)
-				}
-				if err != nil {
-					return nil, configErrorf("volume %s: %w", v.Name, err)
-				}
-			}
-		case v.EmptyDir != nil:
+		if v.EmptyDir != nil {
 			if err := os.Chmod(vdir, 0o1777); err != nil {
 				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 			vol.Writable = true
-		default:
-			return nil, configErrorf("volume %s: only secret, configMap, projected and emptyDir volumes are supported", v.Name)
+			out[v.Name] = vol
+			continue
+		}
+		files, err := m.volumeFiles(rev.Namespace, v)
+		if err != nil {
+			return nil, configErrorf("volume %s: %w", v.Name, err)
+		}
+		if _, err := writeVolume(vdir, files); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		out[v.Name] = vol
 	}
 	return out, nil
 }
 
-func (m *Manager) writeSecret(ns, dir, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
+// volumeFiles is what a Secret, ConfigMap or projected volume holds now:
+// its files by slash-separated path relative to the volume.
+func (m *Manager) volumeFiles(ns string, v corev1.Volume) (map[string]volumeFile, error) {
+	files := map[string]volumeFile{}
+	switch {
+	case v.Secret != nil:
+		if err := m.secretFiles(files, ns, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, v.Secret.DefaultMode); err != nil {
+			return nil, err
+		}
+	case v.ConfigMap != nil:
+		if err := m.configMapFiles(files, ns, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, v.ConfigMap.DefaultMode); err != nil {
+			return nil, err
+		}
+	case v.Projected != nil:
+		for j, src := range v.Projected.Sources {
+			var err error
+			switch {
+			case src.Secret != nil:
+				err = m.secretFiles(files, ns, src.Secret.Name, src.Secret.Items, src.Secret.Optional, v.Projected.DefaultMode)
+			case src.ConfigMap != nil:
+				err = m.configMapFiles(files, ns, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, v.Projected.DefaultMode)
+			default:
+				err = fmt.Errorf("sources[%d]: only secret and configMap sources are supported", j)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, errors.New("only secret, configMap, projected and emptyDir volumes are supported")
+	}
+	return files, nil
+}
+
+func (m *Manager) secretFiles(files map[string]volumeFile, ns, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
 	sec, err := m.secret(ns, name)
 	if err != nil {
 		if isNotFound(err) && ptrTrue(optional) {
@@ -311,10 +327,10 @@ func (m *Manager) writeSecret(ns, dir, name string, items []corev1.KeyToPath, op
 	for k, v := range sec.StringData {
 		data[k] = []byte(v)
 	}
-	return writeKeys(dir, "secret "+name, data, items, optional, mode)
+	return keyFiles(files, "secret "+name, data, items, optional, mode)
 }
 
-func (m *Manager) writeConfigMap(ns, dir, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
+func (m *Manager) configMapFiles(files map[string]volumeFile, ns, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
 	cm, err := m.configMap(ns, name)
 	if err != nil {
 		if isNotFound(err) && ptrTrue(optional) {
@@ -329,11 +345,11 @@ func (m *Manager) writeConfigMap(ns, dir, name string, items []corev1.KeyToPath,
 	for k, v := range cm.Data {
 		data[k] = []byte(v)
 	}
-	return writeKeys(dir, "configmap "+name, data, items, optional, mode)
+	return keyFiles(files, "configmap "+name, data, items, optional, mode)
 }
 
-// writeKeys writes data's keys (or the listed items) as files into dir.
-func writeKeys(dir, what string, data map[string][]byte, items []corev1.KeyToPath, optional *bool, defMode *int32) error {
+// keyFiles adds data's keys (or the listed items) to files.
+func keyFiles(files map[string]volumeFile, what string, data map[string][]byte, items []corev1.KeyToPath, optional *bool, defMode *int32) error {
 	mode := os.FileMode(0o644)
 	if defMode != nil {
 		mode = os.FileMode(*defMode & 0o777)
@@ -355,20 +371,15 @@ func writeKeys(dir, what string, data map[string][]byte, items []corev1.KeyToPat
 		if it.Path == "" || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
 			return fmt.Errorf("%s: item path %q must be relative and stay in the volume", what, it.Path)
 		}
-		dst := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if strings.HasPrefix(p, "..") {
+			// As in Kubernetes: the volume's own ..data entries start so.
+			return fmt.Errorf("%s: item path %q must not start with '..'", what, it.Path)
 		}
 		m := mode
 		if it.Mode != nil {
 			m = os.FileMode(*it.Mode & 0o777)
 		}
-		if err := os.WriteFile(dst, v, m); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if err := os.Chmod(dst, m); err != nil { // past the umask
-			return fmt.Errorf("%s: %w", what, err)
-		}
+		files[p] = volumeFile{data: v, mode: m}
 	}
 	return nil
 }

@@ -137,9 +137,22 @@ func (in *instance) sleep(ctx context.Context, d time.Duration) bool {
 func (in *instance) run(ctx context.Context) {
 	defer in.r.instanceEnded(in)
 	defer in.cleanup()
+	// The volume sync ends before cleanup removes the volumes.
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	syncing := false
+	defer func() {
+		stopSync()
+		if syncing {
+			<-syncDone
+		}
+	}()
 	failures := 0
 	for ctx.Err() == nil && !in.stopRequested() {
 		err := in.prepare(ctx)
+		if err == nil && !syncing {
+			syncing = in.startVolumeSync(syncCtx, syncDone)
+		}
 		if err == nil {
 			err = in.start(ctx)
 		}
@@ -262,6 +275,36 @@ func (in *instance) prepare(ctx context.Context) error {
 	}
 	in.prepared = true
 	return nil
+}
+
+// startVolumeSync starts syncVolumes for the instance's Secret, ConfigMap
+// and projected volumes, if it has any; done is closed when it ends. It
+// tells whether it started.
+func (in *instance) startVolumeSync(ctx context.Context, done chan<- struct{}) bool {
+	period := in.r.m.opts.VolumeSyncPeriod
+	if period < 0 {
+		return false
+	}
+	if period == 0 {
+		period = DefaultVolumeSyncPeriod
+	}
+	in.r.mu.Lock()
+	volumes := in.r.rev.Spec.Volumes
+	in.r.mu.Unlock()
+	dirs := map[string]string{}
+	for _, v := range volumes {
+		if vol, ok := in.volumes[v.Name]; ok && v.EmptyDir == nil {
+			dirs[v.Name] = vol.Path
+		}
+	}
+	if len(dirs) == 0 {
+		return false
+	}
+	go func() {
+		defer close(done)
+		in.syncVolumes(ctx, volumes, dirs, period)
+	}()
+	return true
 }
 
 func (in *instance) nsOf() *network.NS {

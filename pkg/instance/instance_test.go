@@ -112,8 +112,9 @@ func TestRunsARevision(t *testing.T) {
 						t.Errorf("%s missing", p)
 					}
 				}
-				if ok, w, typ := i.file("/etc/creds/password"); !ok || w || typ != "file" {
-					t.Errorf("secret volume file: exists %v writable %v type %s, want a read-only file", ok, w, typ)
+				// A symlink through ..data, as the kubelet lays volumes out.
+				if ok, w, typ := i.file("/etc/creds/password"); !ok || w || typ != "symlink" {
+					t.Errorf("secret volume file: exists %v writable %v type %s, want a read-only symlink", ok, w, typ)
 				}
 				if ok, w, _ := i.file("/var/log"); !ok || !w {
 					t.Errorf("/var/log exists %v writable %v", ok, w)

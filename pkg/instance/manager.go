@@ -63,6 +63,10 @@ type Options struct {
 	// egress bridge (outbound network through NAT) after making it, and
 	// detaches it before deleting it; nil: loopback only.
 	Egress *network.Egress
+	// VolumeSyncPeriod is how often running instances' Secret, ConfigMap
+	// and projected volumes are brought up to date (0:
+	// DefaultVolumeSyncPeriod; negative: never).
+	VolumeSyncPeriod time.Duration
 	// Logger receives instance lifecycle logs (nil: discard).
 	Logger *slog.Logger
 }
