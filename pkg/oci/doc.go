@@ -62,7 +62,10 @@
 //	/sys             sysfs, read-only
 //	/sys/fs/cgroup   cgroup, read-only (with the cgroup namespace the
 //	                 container sees its own limits there; on cgroup v1 runc
-//	                 puts each hierarchy, read-only, on a tmpfs of its own)
+//	                 puts each hierarchy, read-only, on a tmpfs of its own;
+//	                 a runtime handler that manages cgroups, as runsc's
+//	                 does, puts read-only binds of the memory and cpu
+//	                 cgroups there instead: see package runtime)
 //	/tmp             tmpfs, mode 1777 (writable by any uid), nosuid, nodev
 //	/var/log         tmpfs, mode 1777, nosuid, nodev, noexec; or a bind of
 //	                 Input.VarLog (read-write) when the caller keeps logs

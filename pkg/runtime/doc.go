@@ -43,9 +43,11 @@
 // memory.events "oom_kill"), ExitStatus.OOMKilled is set. The cgroup is read
 // when the monitor exits; runc keeps it until Delete because Create passes
 // --keep. runsc and crun have no --keep and remove the cgroups they created
-// before they exit, so for them OOMKilled stays false, unless the caller made
-// the memory cgroup (and wrote its limit) itself: runsc joins a cgroup that
-// exists, writes no limits into it and leaves it in place.
+// before they exit, so for them OOMKilled stays false unless the handler
+// manages the cgroups (OCIConfig.ManageCgroups, below): runsc joins a cgroup
+// that exists, writes no limits into it and leaves it in place. Under runsc
+// the whole sandbox is in the cgroup, so an OOM kill there is the sandbox's
+// (its sentry holds the application's memory) and the container dies with it.
 //
 // Output: stdout and stderr are pipes whose read ends this process copies into
 // IO; stdin is /dev/null. There is no terminal (process.terminal must be
@@ -69,10 +71,34 @@
 // missing and write the limits. runc takes a relative path (and an empty one,
 // as the container's id) below the cgroup it runs in, which is the daemon's;
 // give absolute paths. runc removes the leaf at Delete (parents stay); runsc
-// removes the cgroups it created when the sandbox exits and
-// leaves cgroups that existed beforehand alone, without writing limits into
+// decides per controller: it creates the cgroups that are missing, writes the
+// limits into those and removes them when the sandbox exits, and joins
+// cgroups that existed beforehand without writing into them or removing
 // them. crun 1.8 refuses the hybrid layout ("cgroups in hybrid mode not
 // supported"); Available reports that.
+//
+// With OCIConfig.ManageCgroups the handler makes the memory and cpu cgroups
+// of an absolute cgroupsPath itself before the runtime starts, in each
+// controller's v1 hierarchy, and writes the spec's memory (limit, swap,
+// reservation, swappiness, disableOOMKiller) and cpu (shares, period, quota,
+// burst, idle) resources into them. Fields of these two controllers that it
+// cannot write (kernelTCP, useHierarchy, realtime) fail Create rather than
+// being dropped; the deprecated kernel memory limit is ignored, as the
+// runtime-spec allows. Every other controller (pids, cpuset, devices, ...)
+// stays the runtime's. A spec mount of type cgroup at /sys/fs/cgroup becomes
+// read-only bind mounts of the two cgroups at /sys/fs/cgroup/memory and
+// /sys/fs/cgroup/cpu: Create rewrites config.json in the bundle for that,
+// and changes nothing else in it. Delete removes the two cgroups after the
+// exit status (and the OOM counter) was read; while they still have
+// processes (for an adopted container Delete waits for the sandbox process
+// only, and its gofer and ptrace stubs may take a moment longer) it retries,
+// for at most 10s. A record of each container's cgroups, kept in
+// Root+".cgroups" until they are gone, lets Recover return them after a
+// crash: with the live container they belong to or, when the runtime no
+// longer knows that container (runsc forgets one once it has exited), as an
+// exited container whose Delete removes them. Only controllers with a v1
+// hierarchy are managed: on a cgroup v2 host ManageCgroups does nothing, and
+// the runtime handles the cgroups as without it.
 //
 // # runsc (gVisor)
 //
@@ -92,6 +118,21 @@
 // not exist in this runsc version. --ignore-cgroups is not needed on cgroup
 // v1. Every invocation (run, kill, delete, list) must carry the same global
 // arguments: runsc reads its network mode from the flags of each command.
+//
+// runsc applies the spec's limits to the host cgroups of the whole sandbox
+// (sentry and gofer), and shows the container no cgroup files of its own: it
+// drops a spec mount of type cgroup, and its --cgroupfs flag mounts the
+// sentry's own emulated cgroupfs instead, which shows default values (no
+// memory limit, quota -1, 1024 shares) rather than the spec's and is writable
+// by root in the container (checked with runsc 20221219). Hence
+// ManageCgroups: with it the container reads the sandbox's real host cgroups
+// at /sys/fs/cgroup/memory and /sys/fs/cgroup/cpu (limits, usage, the OOM
+// counter, and the host pids of the sandbox's processes in cgroup.procs),
+// through gofer bind mounts that refuse writes (EROFS) from any uid. What it
+// does not get is a cgroup view of its own: /proc/self/cgroup is empty and
+// /proc/self/mountinfo lists those mounts as 9p, so programs that find their
+// cgroup through those files (the JVM's container support, Go's automaxprocs)
+// find none; programs that read the fixed paths see the limits.
 //
 // # The process handler
 //

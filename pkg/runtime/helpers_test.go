@@ -61,8 +61,9 @@ var handlerFactories = []struct {
 		return mustOCI(t, OCIConfig{Binary: "runc", Root: root})
 	}},
 	{"runsc", func(t testing.TB, root string) Handler {
-		// See the package documentation for why --network=host.
-		return mustOCI(t, OCIConfig{Binary: "runsc", Root: root, Args: []string{"--network=host"}})
+		// See the package documentation for why --network=host and
+		// ManageCgroups.
+		return mustOCI(t, OCIConfig{Binary: "runsc", Root: root, Args: []string{"--network=host"}, ManageCgroups: true})
 	}},
 	{"process", func(t testing.TB, root string) Handler { return NewProcess(root) }},
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,11 +28,19 @@ type OCIConfig struct {
 	// Binary is the runtime's path, or a name looked up in PATH.
 	Binary string
 	// Root is the runtime's state directory (--root), made if missing. It
-	// must belong to this handler alone: Recover returns all it holds.
+	// must belong to this handler alone: Recover returns all it holds. With
+	// ManageCgroups, so must Root+".cgroups".
 	Root string
 	// Args are global arguments put before every subcommand, e.g. runsc's
 	// "--network=host" (see the package documentation).
 	Args []string
+	// ManageCgroups makes the handler create the container's memory and
+	// cpu cgroups itself, write linux.resources into them, show them to
+	// the container read-only at /sys/fs/cgroup when the spec mounts
+	// cgroupfs there, and remove them at Delete; for runtimes that remove
+	// the cgroups they made when the container exits and show none inside
+	// it (runsc). See "cgroups" in the package documentation.
+	ManageCgroups bool
 }
 
 // cliTimeout bounds the runtime's short commands (kill, delete, list) when the
@@ -40,7 +50,8 @@ const cliTimeout = 30 * time.Second
 type ociHandler struct {
 	name, bin, root string
 	args            []string
-	keep            bool // "run --keep" exists: the container and its cgroup outlive its exit until Delete
+	keep            bool           // "run --keep" exists: the container and its cgroup outlive its exit until Delete
+	cgroups         *cgroupManager // nil unless ManageCgroups
 }
 
 // NewOCI returns a handler for a runc-compatible CLI. It fails if the binary
@@ -68,6 +79,11 @@ func NewOCI(cfg OCIConfig) (Handler, error) {
 		return nil, fmt.Errorf("oci handler %s: %w", name, err)
 	}
 	h := &ociHandler{name: name, bin: bin, root: root, args: append([]string(nil), cfg.Args...)}
+	if cfg.ManageCgroups {
+		if h.cgroups, err = newCgroupManager(root + ".cgroups"); err != nil {
+			return nil, fmt.Errorf("oci handler %s: %w", name, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// runc has "run --keep"; runsc and crun do not. Their help output says.
@@ -161,12 +177,25 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
+	var cgs *cgroupSet
+	if h.cgroups != nil {
+		if cgs, err = h.cgroups.prepare(ctx, id, bundle, spec); err != nil {
+			return fail(err)
+		}
+	}
+	// undo removes the managed cgroups when the container does not start.
+	undo := func() {
+		if cgs != nil {
+			_ = h.cgroups.remove(context.WithoutCancel(ctx), cgs)
+		}
+	}
 	pidFile := filepath.Join(bundle, id+".pid")
 	_ = os.Remove(pidFile)
 	defer os.Remove(pidFile)
 
 	st, err := newStdio()
 	if err != nil {
+		undo()
 		return fail(err)
 	}
 	sub := []string{"run", "--bundle", bundle, "--pid-file", pidFile}
@@ -181,6 +210,7 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		st.close()
+		undo()
 		return fail(err)
 	}
 	st.closeChildEnds()
@@ -209,11 +239,14 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 		if e, lerr := h.lookup(dctx, id); lerr == nil && e != nil {
 			_, _ = h.run(dctx, id, "delete", "--force", id)
 		}
+		undo()
 		return fail(err)
 	}
 
-	c := &ociContainer{h: h, id: id, pid: pid, exit: newExitState()}
-	if c.memcg = memoryCgroup(strconv.Itoa(pid)); c.memcg == "" && spec.Linux != nil {
+	c := &ociContainer{h: h, id: id, pid: pid, exit: newExitState(), cgroups: cgs}
+	if cgs != nil && cgs.memory() != "" {
+		c.memcg = cgs.memory()
+	} else if c.memcg = memoryCgroup(strconv.Itoa(pid)); c.memcg == "" && spec.Linux != nil {
 		c.memcg = memoryCgroupFromSpec(spec.Linux.CgroupsPath)
 	}
 	stdout, stderr := startPump(st.outR, cio.Stdout), startPump(st.errR, cio.Stderr)
@@ -240,10 +273,19 @@ func (h *ociHandler) Recover(ctx context.Context) ([]Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
+	var sets map[string]*cgroupSet
+	if h.cgroups != nil {
+		if sets, err = h.cgroups.load(); err != nil {
+			return nil, fmt.Errorf("recover: %w", err)
+		}
+	}
 	var cs []Container
 	for _, e := range es {
-		c := &ociContainer{h: h, id: e.ID, pid: e.Pid, exit: newExitState()}
-		if e.Pid > 0 {
+		c := &ociContainer{h: h, id: e.ID, pid: e.Pid, exit: newExitState(), cgroups: sets[e.ID]}
+		delete(sets, e.ID)
+		if c.cgroups != nil && c.cgroups.memory() != "" {
+			c.memcg = c.cgroups.memory()
+		} else if e.Pid > 0 {
 			c.memcg = memoryCgroup(strconv.Itoa(e.Pid))
 		}
 		if e.Status == "stopped" || e.Pid <= 0 {
@@ -253,15 +295,29 @@ func (h *ociHandler) Recover(ctx context.Context) ([]Container, error) {
 		}
 		cs = append(cs, c)
 	}
+	// Managed cgroups whose container the runtime no longer knows: runsc
+	// forgets a container once it has exited, also when this process was
+	// not there to Delete it. They come back as exited containers whose
+	// Delete removes the cgroups. Those of a container this process still
+	// owns are its owner's to remove.
+	for _, id := range slices.Sorted(maps.Keys(sets)) {
+		if h.cgroups.isActive(id) {
+			continue
+		}
+		c := &ociContainer{h: h, id: id, exit: newExitState(), cgroups: sets[id]}
+		c.exit.set(ExitStatus{Code: -1, At: time.Now()})
+		cs = append(cs, c)
+	}
 	return cs, nil
 }
 
 type ociContainer struct {
-	h     *ociHandler
-	id    string
-	pid   int
-	memcg string // memory cgroup directory, for OOM detection
-	exit  *exitState
+	h       *ociHandler
+	id      string
+	pid     int
+	memcg   string     // memory cgroup directory, for OOM detection
+	cgroups *cgroupSet // the cgroups the handler made for it, nil if none
+	exit    *exitState
 
 	mu      sync.Mutex // serialises Delete
 	deleted bool
@@ -319,6 +375,22 @@ func (c *ociContainer) Delete(ctx context.Context) error {
 	if c.deleted {
 		return nil
 	}
+	if err := c.deleteRuntime(ctx); err != nil {
+		return err
+	}
+	// The managed cgroups go last: the exit status has been read from them.
+	if c.cgroups != nil {
+		if err := c.h.cgroups.remove(ctx, c.cgroups); err != nil {
+			return fmt.Errorf("%s delete %s: %w", c.h.name, c.id, err)
+		}
+	}
+	c.deleted = true
+	return nil
+}
+
+// deleteRuntime removes the runtime's container, killing it first if it
+// still runs, and waits for its monitor.
+func (c *ociContainer) deleteRuntime(ctx context.Context) error {
 	if !c.exit.exited() {
 		// Kill and wait before the runtime's delete, so that the exit is
 		// read (and the OOM counter with it) before the cgroup goes.
@@ -330,7 +402,6 @@ func (c *ociContainer) Delete(ctx context.Context) error {
 		// Without --keep the runtime removed the container when it exited;
 		// one list costs less than a delete that fails and a list.
 		if e, err := c.h.lookup(ctx, c.id); err == nil && e == nil {
-			c.deleted = true
 			return nil
 		}
 	}
@@ -345,7 +416,6 @@ func (c *ociContainer) Delete(ctx context.Context) error {
 	if _, err := c.exit.wait(ctx, c.h.name+" container "+c.id); err != nil {
 		return fmt.Errorf("%s delete %s: %w", c.h.name, c.id, err)
 	}
-	c.deleted = true
 	return nil
 }
 

@@ -74,9 +74,18 @@ func startTime(pid int) (uint64, error) {
 	return strconv.ParseUint(fields[19], 10, 64)
 }
 
-// cgroupMounts finds where the v1 memory hierarchy and the cgroup2 hierarchy
-// are mounted, with the cgroup path each mount's root stands for.
-var cgroupMounts = sync.OnceValue(func() (m struct{ v1Mem, v1Root, v2, v2Root string }) {
+// cgroupMount is where a cgroup hierarchy is mounted and which cgroup path
+// the mount's root stands for.
+type cgroupMount struct{ point, root string }
+
+// cgroupMounts finds where each v1 controller's hierarchy and the cgroup2
+// hierarchy are mounted. Controllers that share a hierarchy (cpu,cpuacct)
+// map to the same mount.
+var cgroupMounts = sync.OnceValue(func() (m struct {
+	v1 map[string]cgroupMount
+	v2 cgroupMount
+}) {
+	m.v1 = map[string]cgroupMount{}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return m
@@ -96,18 +105,28 @@ var cgroupMounts = sync.OnceValue(func() (m struct{ v1Mem, v1Root, v2, v2Root st
 		switch qf[0] {
 		case "cgroup":
 			for _, o := range strings.Split(qf[2], ",") {
-				if o == "memory" && m.v1Mem == "" {
-					m.v1Mem, m.v1Root = pf[4], pf[3]
+				if _, seen := m.v1[o]; !seen && v1Controller(o) {
+					m.v1[o] = cgroupMount{point: pf[4], root: pf[3]}
 				}
 			}
 		case "cgroup2":
-			if m.v2 == "" {
-				m.v2, m.v2Root = pf[4], pf[3]
+			if m.v2.point == "" {
+				m.v2 = cgroupMount{point: pf[4], root: pf[3]}
 			}
 		}
 	}
 	return m
 })
+
+// v1Controller tells a v1 controller's name from the other super options of
+// a cgroup mount (rw, relatime, name=systemd, ...).
+func v1Controller(opt string) bool {
+	switch opt {
+	case "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "xattr", "clone_children", "noprefix", "cpuset_v2_mode":
+		return false
+	}
+	return !strings.ContainsAny(opt, "=")
+}
 
 // memoryCgroup returns the directory of the memory cgroup that /proc/<pid>/cgroup
 // (or "self") names, or "" if there is none.
@@ -128,13 +147,13 @@ func memoryCgroup(pid string) string {
 			continue
 		}
 		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" && m.v1Mem != "" {
-				return underMount(m.v1Mem, m.v1Root, parts[2])
+			if mem, ok := m.v1["memory"]; c == "memory" && ok {
+				return underMount(mem.point, mem.root, parts[2])
 			}
 		}
 	}
-	if v2 != "" && m.v2 != "" {
-		dir := underMount(m.v2, m.v2Root, v2)
+	if v2 != "" && m.v2.point != "" {
+		dir := underMount(m.v2.point, m.v2.root, v2)
 		if _, err := os.Stat(filepath.Join(dir, "memory.events")); err == nil {
 			return dir
 		}
@@ -152,11 +171,11 @@ func memoryCgroupFromSpec(cgroupsPath string) string {
 	}
 	if path.IsAbs(cgroupsPath) {
 		m := cgroupMounts()
-		if m.v1Mem != "" {
-			return underMount(m.v1Mem, m.v1Root, cgroupsPath)
+		if mem, ok := m.v1["memory"]; ok {
+			return underMount(mem.point, mem.root, cgroupsPath)
 		}
-		if m.v2 != "" {
-			return underMount(m.v2, m.v2Root, cgroupsPath)
+		if m.v2.point != "" {
+			return underMount(m.v2.point, m.v2.root, cgroupsPath)
 		}
 		return ""
 	}
