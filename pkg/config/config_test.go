@@ -38,6 +38,7 @@ func mustParse(t *testing.T, content string) *Config {
 
 func TestDefaults(t *testing.T) {
 	t.Parallel()
+	yes := true
 	want := &Config{
 		APIAddr:             "127.0.0.1:6443",
 		HTTPAddr:            "127.0.0.1:8080",
@@ -46,7 +47,7 @@ func TestDefaults(t *testing.T) {
 		ConfigMaps:          map[string]map[string]string{},
 		Runtimes: map[string]Runtime{
 			"runc":    {Type: "oci", Binary: "runc"},
-			"runsc":   {Type: "oci", Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
+			"runsc":   {Type: "oci", Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}, ManageCgroups: &yes},
 			"crun":    {Type: "oci", Binary: "crun"},
 			"process": {Type: "process"},
 		},

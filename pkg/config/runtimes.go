@@ -23,7 +23,17 @@ type Runtime struct {
 	Root string `json:"root,omitempty"`
 	// Args are global arguments given before every subcommand.
 	Args []string `json:"args,omitempty"`
+	// ManageCgroups makes knbox create each container's memory and cpu
+	// cgroups, write its limits, show them to it read-only and remove them,
+	// instead of leaving that to the runtime (oci only; see package
+	// runtime). Unset: the built-in's value, true for runsc, which removes
+	// its cgroups (and the OOM kill count with them) when a container exits
+	// and shows the container none of its limits.
+	ManageCgroups *bool `json:"manageCgroups,omitempty"`
 }
+
+// ManagesCgroups says whether knbox manages the runtime's cgroups.
+func (r Runtime) ManagesCgroups() bool { return r.ManageCgroups != nil && *r.ManageCgroups }
 
 // Runtime types.
 const (
@@ -42,11 +52,16 @@ const DefaultRuntimeClass = "runc"
 //     the namespace given in the OCI spec (which knbox creates per
 //     instance), so the instance is still isolated;
 //   - --host-uds=open: to open the bind-mounted /dev/log syslog socket;
-//   - --oci-seccomp: to apply the spec's seccomp profile inside the sandbox.
+//   - --oci-seccomp: to apply the spec's seccomp profile inside the sandbox;
+//
+// and manageCgroups, so that OOM kills are reported and the container sees
+// its limits.
 func builtinRuntimes() map[string]Runtime {
+	yes := true
 	return map[string]Runtime{
-		"runc":    {Type: RuntimeOCI, Binary: "runc"},
-		"runsc":   {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}},
+		"runc": {Type: RuntimeOCI, Binary: "runc"},
+		"runsc": {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"},
+			ManageCgroups: &yes},
 		"crun":    {Type: RuntimeOCI, Binary: "crun"},
 		"process": {Type: RuntimeProcess},
 	}
@@ -69,6 +84,9 @@ func (c *Config) applyRuntimeDefaults() {
 		}
 		if rt.Args != nil {
 			b.Args = rt.Args
+		}
+		if rt.ManageCgroups != nil {
+			b.ManageCgroups = rt.ManageCgroups
 		}
 		rts[name] = b
 	}
@@ -105,8 +123,8 @@ func (c *Config) validateRuntimes() error {
 				return fmt.Errorf("runtimes.%s.binary: required for type oci", name)
 			}
 		case RuntimeProcess:
-			if rt.Binary != "" || len(rt.Args) > 0 {
-				return fmt.Errorf("runtimes.%s: type process takes no binary or args", name)
+			if rt.Binary != "" || len(rt.Args) > 0 || rt.ManagesCgroups() {
+				return fmt.Errorf("runtimes.%s: type process takes no binary, args or manageCgroups", name)
 			}
 		default:
 			return fmt.Errorf("runtimes.%s.type: %q is not oci or process", name, rt.Type)

@@ -41,11 +41,27 @@ defaultRuntimeClass: runsc
 	if d.DefaultRuntimeClass != "runc" || d.Runtimes["runsc"].Args[0] != "--network=host" {
 		t.Errorf("defaults: %q %+v", d.DefaultRuntimeClass, d.Runtimes["runsc"])
 	}
+	if !d.Runtimes["runsc"].ManagesCgroups() || d.Runtimes["runc"].ManagesCgroups() {
+		t.Errorf("manageCgroups by default: runsc %v, runc %v; want runsc only", d.Runtimes["runsc"].ManagesCgroups(), d.Runtimes["runc"].ManagesCgroups())
+	}
+	// An entry that overrides other fields keeps the built-in's; one that
+	// sets it wins.
+	if !c.Runtimes["runsc"].ManagesCgroups() {
+		t.Errorf("runsc override lost manageCgroups: %+v", c.Runtimes["runsc"])
+	}
+	off, err := parse([]byte("runtimes:\n  runsc:\n    manageCgroups: false\n  kata:\n    binary: kata\n    manageCgroups: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Runtimes["runsc"].ManagesCgroups() || !off.Runtimes["kata"].ManagesCgroups() || off.Runtimes["runsc"].Binary != "runsc" {
+		t.Errorf("manageCgroups set in the file: runsc %+v, kata %+v", off.Runtimes["runsc"], off.Runtimes["kata"])
+	}
 	for _, bad := range []struct{ doc, want string }{
 		{"runtimes:\n  Bad_Name:\n    binary: x\n", "not a valid handler name"},
 		{"runtimes:\n  x:\n    type: vm\n    binary: x\n", "is not oci or process"},
 		{"runtimes:\n  x:\n    type: oci\n", "binary: required"},
 		{"runtimes:\n  x:\n    type: process\n    binary: y\n", "takes no binary"},
+		{"runtimes:\n  process:\n    manageCgroups: true\n", "manageCgroups"},
 		{"runtimes:\n  x:\n    binray: y\n", "binray"},
 		{"runtimes:\n  runc: {}\n", ""},
 	} {

@@ -35,7 +35,8 @@ func handlers(cfg *config.Config) (map[string]runtime.Handler, map[string]error)
 		case config.RuntimeProcess:
 			hs[name] = runtime.NewProcess(cfg.RuntimeRoot(name))
 		default:
-			h, err := runtime.NewOCI(runtime.OCIConfig{Name: name, Binary: rt.Binary, Root: cfg.RuntimeRoot(name), Args: rt.Args})
+			h, err := runtime.NewOCI(runtime.OCIConfig{Name: name, Binary: rt.Binary, Root: cfg.RuntimeRoot(name), Args: rt.Args,
+				ManageCgroups: rt.ManagesCgroups()})
 			if err != nil {
 				missing[name] = err
 				continue
