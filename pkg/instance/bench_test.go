@@ -2,19 +2,14 @@ package instance
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
-	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/network/networktest"
 )
 
 // BenchmarkStart measures an instance's start, from Ensure of a new
@@ -94,35 +89,11 @@ func benchStart(b *testing.B, h string, opts ...envOption) {
 	}
 }
 
-// withTestEgress turns egress on with a bridge of the test's own, on a
-// random /24 of 198.18.0.0/16 (reserved for benchmarking, RFC 2544), and
-// removes it at the end.
+// withTestEgress turns egress on with a network of the test's own
+// (networktest), removed at the end.
 func withTestEgress(t testing.TB) envOption {
 	t.Helper()
-	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/firewall"} {
-		if _, err := os.Stat(p); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s missing, and CI is set", p)
-			}
-			t.Skipf("%s missing (apt-get install containernetworking-plugins iptables)", p)
-		}
-	}
-	var rnd [3]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		t.Fatal(err)
-	}
-	eg, err := network.NewEgress(network.EgressConfig{
-		Bridge:   "kbi" + hex.EncodeToString(rnd[:]),
-		Subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, rnd[0], 0}), 24),
-		StateDir: filepath.Join(t.TempDir(), "cni"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := eg.Remove(); err != nil {
-			t.Error(err)
-		}
-	})
+	networktest.RequireCNI(t)
+	eg := networktest.NewNet(t, "kbi").Egress(t)
 	return func(o *Options) { o.Egress = eg }
 }

@@ -2,15 +2,11 @@ package e2e
 
 // Egress mode end to end: knbox serve with egress.enabled, runtime-info
 // under runc and runsc, and a peer network namespace that this test makes
-// to stand for the outside world. All addresses are in 198.18.0.0/15, the
-// range reserved for benchmarking (RFC 2544), and exist only on this
-// machine: the instances' subnet is a random /24 of 198.18.0.0/16, the
-// peer's link a random /30 of 198.19.0.0/16.
+// to stand for the outside world (networktest: addresses of 198.18.0.0/15,
+// which exist only on this machine).
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -24,109 +20,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/network/networktest"
 )
-
-// egressPeer is the test's "outside": a network namespace behind a veth
-// whose host end has hostAddr, answering TCP on peerAddr:8080 with the
-// address it sees the caller at.
-type egressPeer struct {
-	peerAddr, hostAddr netip.Addr
-}
-
-func newEgressPeer(t *testing.T, tag string, b1, b2 byte) *egressPeer {
-	t.Helper()
-	p30 := netip.AddrFrom4([4]byte{198, 19, b1, b2 &^ 3})
-	p := &egressPeer{hostAddr: p30.Next(), peerAddr: p30.Next().Next()}
-	root := filepath.Join(t.TempDir(), "netns")
-	ns, err := network.CreateIn(root, "peer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Delete()
-		for range 4 { // the root is bound onto itself, maybe more than once
-			if unix.Unmount(root, unix.MNT_DETACH) != nil {
-				break
-			}
-		}
-	})
-	hostVeth, peerVeth := "keh"+tag, "kep"+tag
-	la := netlink.NewLinkAttrs()
-	la.Name = hostVeth
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: peerVeth}))
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(hostVeth); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
-	h, err := netlink.LinkByName(hostVeth)
-	must(err)
-	must(netlink.AddrAdd(h, &netlink.Addr{IPNet: &net.IPNet{IP: p.hostAddr.AsSlice(), Mask: net.CIDRMask(30, 32)}}))
-	must(netlink.LinkSetUp(h))
-	pv, err := netlink.LinkByName(peerVeth)
-	must(err)
-	f, err := os.Open(ns.Path)
-	must(err)
-	defer f.Close()
-	must(netlink.LinkSetNsFd(pv, int(f.Fd())))
-	// Configure the peer's end from inside its namespace.
-	nh, err := netlink.NewHandleAt(netnsHandle(t, ns.Path))
-	must(err)
-	defer nh.Close()
-	inner, err := nh.LinkByName(peerVeth)
-	must(err)
-	must(nh.AddrAdd(inner, &netlink.Addr{IPNet: &net.IPNet{IP: p.peerAddr.AsSlice(), Mask: net.CIDRMask(30, 32)}}))
-	must(nh.LinkSetUp(inner))
-
-	l, err := ns.Listen("tcp4", "0.0.0.0:8080")
-	must(err)
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			fmt.Fprintf(c, "%s\n", host)
-			c.Close()
-		}
-	}()
-	return p
-}
-
-// requireCNI fails in CI, and skips elsewhere, without the CNI plugins and
-// iptables (hack/install-deps.sh installs both).
-func requireCNI(t *testing.T) {
-	t.Helper()
-	missing := ""
-	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/firewall"} {
-		if _, err := os.Stat(p); err != nil {
-			missing = p
-		}
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		missing = "iptables"
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s missing, and CI is set (hack/install-deps.sh installs it)", missing)
-	}
-	t.Skipf("%s missing (apt-get install containernetworking-plugins iptables)", missing)
-}
 
 type egressDial struct {
 	OK    bool   `json:"ok"`
@@ -199,15 +97,10 @@ func egressState(t *testing.T, dataDir string) (addrs []string, rules []string) 
 func TestEgress(t *testing.T) {
 	requireTool(t, "runc")
 	requireTool(t, "runsc")
-	requireCNI(t)
-	var rnd [4]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		t.Fatal(err)
-	}
-	tag := hex.EncodeToString(rnd[:3])
-	peer := newEgressPeer(t, tag, rnd[1], rnd[2])
-	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, rnd[0], 0}), 24)
-	bridge := "kbe" + tag
+	networktest.RequireCNI(t)
+	peer := networktest.NewPeer(t)
+	tn := networktest.NewNet(t, "kbe")
+	subnet, bridge := tn.Subnet, tn.Bridge
 	cfg := filepath.Join(t.TempDir(), "knbox.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("egress:\n  enabled: true\n  subnet: %s\n  bridge: %s\n", subnet, bridge)), 0o644); err != nil {
 		t.Fatal(err)
@@ -228,16 +121,7 @@ func TestEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hl.Close()
-	go func() {
-		for {
-			c, err := hl.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "host\n")
-			c.Close()
-		}
-	}()
+	go networktest.Serve(hl, "host")
 	hostPort := uint16(hl.Addr().(*net.TCPAddr).Port)
 
 	e := newContractEnv(t, "--config", cfg)
@@ -269,12 +153,12 @@ func TestEgress(t *testing.T) {
 		e.waitReady(t, svc)
 		addrs[rc] = e.eth0Addr(t, svc, subnet)
 	}
-	outside := netip.AddrPortFrom(peer.peerAddr, 8080)
+	outside := peer.AddrPort()
 	for _, rc := range contractRuntimeClasses {
 		t.Run(rc, func(t *testing.T) {
 			svc := "egress-" + rc
-			if d := e.dialFrom(t, svc, outside, 10000); !d.OK || d.Line != peer.hostAddr.String() {
-				t.Errorf("to the outside %s: %+v, want the peer to see the host's address %s (masquerade)", outside, d, peer.hostAddr)
+			if d := e.dialFrom(t, svc, outside, 10000); !d.OK || d.Line != peer.HostAddr.String() {
+				t.Errorf("to the outside %s: %+v, want the peer to see the host's address %s (masquerade)", outside, d, peer.HostAddr)
 			}
 			// Refusals. A drop shows as a timeout; the dial above shows
 			// the path works, so 2 s is enough to tell.
@@ -285,7 +169,7 @@ func TestEgress(t *testing.T) {
 			for name, target := range map[string]netip.AddrPort{
 				"other instance":            netip.AddrPortFrom(other, 8080),
 				"host via the gateway":      netip.AddrPortFrom(subnet.Addr().Next(), hostPort),
-				"host via another address":  netip.AddrPortFrom(peer.hostAddr, hostPort),
+				"host via another address":  netip.AddrPortFrom(peer.HostAddr, hostPort),
 				"host via its own loopback": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), hostPort),
 			} {
 				if d := e.dialFrom(t, svc, target, 2000); d.OK {
@@ -354,12 +238,13 @@ func TestEgress(t *testing.T) {
 	{
 		dir := e.k.srv.dir
 		e.k.srv.stop()
+		prefix24 := strings.TrimSuffix(subnet.Addr().String(), "0") // "198.18.N."
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			addrs, rules := egressState(t, dir)
 			var ours []string
 			for _, r := range rules {
-				if strings.Contains(r, fmt.Sprintf(" -s 198.18.%d.", rnd[0])) || strings.Contains(r, fmt.Sprintf(" -d 198.18.%d.", rnd[0])) {
+				if strings.Contains(r, " -s "+prefix24) || strings.Contains(r, " -d "+prefix24) {
 					ours = append(ours, r)
 				}
 			}
@@ -382,15 +267,4 @@ func TestEgress(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-}
-
-// netnsHandle opens the namespace at path for netlink.NewHandleAt.
-func netnsHandle(t *testing.T, path string) netns.NsHandle {
-	t.Helper()
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
 }
