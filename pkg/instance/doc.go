@@ -90,10 +90,12 @@
 //
 // The process handler applies none of the spec's mounts: its instances have
 // no /dev/log, /dev/termination-log or tmpfs /tmp (see package runtime).
-// runsc needs --host-uds=open for /dev/log; runsc 20221219 enforces the
-// memory and CPU limits on its sandbox's host cgroup but shows the container
-// no cgroup files (its --cgroupfs emulation shows no limits), so the limits
-// are not visible inside a runsc container.
+// runsc needs --host-uds=open for /dev/log, and its handler manages the
+// cgroups (runtime.OCIConfig.ManageCgroups): runsc 20221219 enforces the
+// memory and CPU limits on its sandbox's host cgroups but removes them when
+// the sandbox exits and shows the container none, so the handler makes them
+// (an OOM kill is then reported like runc's) and bind-mounts them read-only
+// at /sys/fs/cgroup/memory and /sys/fs/cgroup/cpu.
 //
 // # Goroutines
 //

@@ -243,17 +243,22 @@ func mustStore(t testing.TB) *image.Store {
 }
 
 // TestOOMKilled: a container over its memory limit is killed, and the
-// revision says so.
+// revision says so. Under runsc the limit (64Mi, which leaves room for the
+// sandbox itself) confines the whole sandbox, which is what gets killed.
 func TestOOMKilled(t *testing.T) {
-	requireHandler(t, "runc")
-	ref := busyboxImage(t)
-	e := newEnv(t, []string{"runc"})
-	rev := newRev(t, "ns1", uniqueName("oom"), "runc", ref, shell("dd if=/dev/zero of=/dev/null bs=200M count=1"), func(r *servingv1.Revision) {
-		r.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
-	})
-	e.resolveAndEnsure(rev)
-	st := e.waitState(rev, 30*time.Second, "failed", failed)
-	if st.Reason != "ExitCode137" || !strings.Contains(st.Message, "OOMKilled") {
-		t.Errorf("state %+v, want ExitCode137 saying OOMKilled", st)
+	for _, h := range []string{"runc", "runsc"} {
+		t.Run(h, func(t *testing.T) {
+			requireHandler(t, h)
+			ref := busyboxImage(t)
+			e := newEnv(t, []string{h})
+			rev := newRev(t, "ns1", uniqueName("oom"), h, ref, shell("dd if=/dev/zero of=/dev/null bs=200M count=1"), func(r *servingv1.Revision) {
+				r.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+			})
+			e.resolveAndEnsure(rev)
+			st := e.waitState(rev, 30*time.Second, "failed", failed)
+			if st.Reason != "ExitCode137" || !strings.Contains(st.Message, "OOMKilled") {
+				t.Errorf("state %+v, want ExitCode137 saying OOMKilled", st)
+			}
+		})
 	}
 }

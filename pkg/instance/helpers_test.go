@@ -63,7 +63,8 @@ func newHandler(t testing.TB, name, dir string) runtime.Handler {
 	case "runsc":
 		// See package runtime for why runsc runs with host networking (in
 		// the instance's namespace).
-		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runsc", Root: filepath.Join(dir, "runsc"), Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}})
+		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runsc", Root: filepath.Join(dir, "runsc"), Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"},
+			ManageCgroups: true})
 	default:
 		t.Fatalf("unknown handler %q", name)
 	}

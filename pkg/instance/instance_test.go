@@ -98,13 +98,12 @@ func TestRunsARevision(t *testing.T) {
 				if _, v1 := os.Stat("/sys/fs/cgroup/memory"); v1 == nil && (err != nil || strings.TrimSpace(string(hostLimit)) != "67108864") {
 					t.Errorf("host memory cgroup limit %q (%v), want 67108864", hostLimit, err)
 				}
-				// runsc 20221219 shows the container no cgroup files (its
-				// --cgroupfs emulation shows no limits, and writable): the
-				// limit is enforced on the sandbox but not visible inside.
-				if h != "runsc" && (i.Cgroup.MemoryLimit == nil || *i.Cgroup.MemoryLimit != 64<<20) {
+				// Inside too (runsc: the handler's read-only bind mounts of
+				// the sandbox's cgroups).
+				if i.Cgroup.MemoryLimit == nil || *i.Cgroup.MemoryLimit != 64<<20 {
 					t.Errorf("memory limit %v, want %d", i.Cgroup.MemoryLimit, 64<<20)
 				}
-				if h != "runsc" && (i.Cgroup.CPUQuota == nil || *i.Cgroup.CPUQuota != 50000 || i.Cgroup.CPUPeriod != 100000) {
+				if i.Cgroup.CPUQuota == nil || *i.Cgroup.CPUQuota != 50000 || i.Cgroup.CPUPeriod != 100000 {
 					t.Errorf("cpu quota %v period %d, want 50000/100000", i.Cgroup.CPUQuota, i.Cgroup.CPUPeriod)
 				}
 				for _, p := range []string{"/var/log", "/dev/log", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {

@@ -134,6 +134,9 @@ func TestRecoverAfterKill(t *testing.T) {
 			if mounts < 2 || nss != 2 || cs != 2 {
 				t.Errorf("the killed process left %d mounts, %d namespaces, %d containers; want its 2 instances' (the test would prove nothing)", mounts, nss, cs)
 			}
+			if n := len(cgroupsOf(ids)); h != "process" && n == 0 {
+				t.Errorf("the killed process left no cgroups of its instances (the test would prove nothing)")
+			}
 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -153,6 +156,9 @@ func TestRecoverAfterKill(t *testing.T) {
 					t.Errorf("instance %s still has processes (%v)", id, err)
 				}
 			}
+			if left := cgroupsOf(ids); len(left) != 0 {
+				t.Errorf("cgroups after Recover: %v", left)
+			}
 
 			// The revision runs again under the new Manager.
 			t.Cleanup(func() {
@@ -169,6 +175,17 @@ func TestRecoverAfterKill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cgroupsOf lists the cgroups of the instances ids (at /knbox/<id>, in any
+// hierarchy).
+func cgroupsOf(ids []string) []string {
+	var dirs []string
+	for _, id := range ids {
+		d, _ := filepath.Glob("/sys/fs/cgroup/*/knbox/" + id)
+		dirs = append(dirs, d...)
+	}
+	return dirs
 }
 
 // processesOf reports whether a process runs whose command line names id
