@@ -50,13 +50,33 @@ func handlers(cfg *config.Config) (map[string]runtime.Handler, map[string]error)
 // probeHandlers runs a trivial container with each handler (in parallel,
 // each bounded) and returns those that work, logging why others do not.
 func probeHandlers(ctx context.Context, hs map[string]runtime.Handler, scratch string, log *slog.Logger) map[string]runtime.Handler {
+	// What a knbox killed while probing left: its probe containers (each
+	// handler's own root, so in parallel), then their bundles.
+	var wg sync.WaitGroup
+	for name, h := range hs {
+		wg.Add(1)
+		go func(name string, h runtime.Handler) {
+			defer wg.Done()
+			lctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			n, err := runtime.RemoveProbeLeftovers(lctx, h)
+			if err != nil {
+				log.Warn("removing probe containers of an earlier run", "handler", name, "err", err)
+			} else if n > 0 {
+				log.Info("removed probe containers of an earlier run", "handler", name, "containers", n)
+			}
+		}(name, h)
+	}
+	wg.Wait()
+	if err := os.RemoveAll(scratch); err != nil {
+		log.Warn("runtime probe: clearing the scratch directory", "err", err)
+	}
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		log.Error("runtime probe", "err", err)
 		return nil
 	}
 	var mu sync.Mutex
 	ok := map[string]runtime.Handler{}
-	var wg sync.WaitGroup
 	for name, h := range hs {
 		wg.Add(1)
 		go func(name string, h runtime.Handler) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -34,7 +35,7 @@ func Available(ctx context.Context, h Handler, scratch string) error {
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
-	id := "knbox-probe-" + hex.EncodeToString(suffix[:])
+	id := ProbePrefix + hex.EncodeToString(suffix[:])
 	bundle := filepath.Join(scratch, id)
 	if err := makeProbeBundle(bundle); err != nil {
 		return fmt.Errorf("probe %s: %w", h.Name(), err)
@@ -58,6 +59,34 @@ func Available(ctx context.Context, h Handler, scratch string) error {
 		return fmt.Errorf("probe %s: %w", h.Name(), err)
 	}
 	return nil
+}
+
+// ProbePrefix starts the ids of Available's containers.
+const ProbePrefix = "knbox-probe-"
+
+// RemoveProbeLeftovers deletes the probe containers that a process killed
+// while Available ran left in h's state root, with their cgroups,
+// processes and state, and returns how many it deleted. Their bundles stay
+// under Available's scratch directory: clearing it is the caller's (probes
+// of several handlers may share it).
+func RemoveProbeLeftovers(ctx context.Context, h Handler) (int, error) {
+	cs, err := h.Recover(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("probe leftovers of %s: %w", h.Name(), err)
+	}
+	var errs []error
+	n := 0
+	for _, c := range cs {
+		if !strings.HasPrefix(c.ID(), ProbePrefix) {
+			continue
+		}
+		if err := c.Delete(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("probe leftover %s of %s: %w", c.ID(), h.Name(), err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // checker is implemented by handlers that can tell whether they work without

@@ -48,6 +48,7 @@ func testHandler(t *testing.T, open handlerFactory) {
 		{"ReadonlyRootfs", testReadonlyRootfs},
 		{"NetworkNamespace", testNetworkNamespace},
 		{"Recover", testRecover},
+		{"RemoveProbeLeftovers", testRemoveProbeLeftovers},
 		{"CreateFails", testCreateFails},
 	}
 	for _, tc := range cases {
@@ -394,6 +395,33 @@ func testRecover(t *testing.T, ctx context.Context, h Handler, root string, open
 		if err := c.Delete(ctx); err != nil {
 			t.Errorf("delete adopted %d: %v", i, err)
 		}
+	}
+}
+
+// testRemoveProbeLeftovers: after a restart, the probe containers a killed
+// daemon left go, and no other container does.
+func testRemoveProbeLeftovers(t *testing.T, ctx context.Context, h Handler, root string, open handlerFactory) {
+	for _, id := range []string{ProbePrefix + "left", "keeper"} {
+		var stdout syncBuffer
+		create(t, ctx, h, id, newBundle(t, []string{"sh", "-c", "echo started; exec sleep 60"}), IO{Stdout: &stdout})
+		if err := stdout.await(ctx, "started"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := RemoveProbeLeftovers(ctx, open(t, root))
+	if err != nil || n != 1 {
+		t.Fatalf("RemoveProbeLeftovers = %d, %v; want 1", n, err)
+	}
+	cs, err := open(t, root).Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID())
+	}
+	if len(ids) != 1 || ids[0] != "keeper" {
+		t.Errorf("after RemoveProbeLeftovers: %q, want [keeper]", ids)
 	}
 }
 
