@@ -87,6 +87,10 @@ func TestKnativeDefaults(t *testing.T) {
 		t.Fatalf("Knative's runtimeClassName default changed to %q: revisit the deviation", wantFeatures.PodSpecRuntimeClassName)
 	}
 	wantFeatures.PodSpecRuntimeClassName = servingcfg.Enabled // the deviation
+	if wantFeatures.MultiContainer != servingcfg.Enabled {
+		t.Fatalf("Knative's multi-container default changed to %q: revisit the deviation", wantFeatures.MultiContainer)
+	}
+	wantFeatures.MultiContainer = servingcfg.Disabled // the other one
 	if !reflect.DeepEqual(s.Features, wantFeatures) {
 		t.Errorf("features = %+v\nwant %+v", s.Features, wantFeatures)
 	}
@@ -151,7 +155,7 @@ func TestRuntimeClassNameFeature(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("value="+tt.value, func(t *testing.T) {
 			t.Parallel()
-			content := "configMaps:\n  config-features:\n    multi-container: enabled\n"
+			content := "configMaps:\n  config-features:\n    tag-header-based-routing: enabled\n"
 			if tt.value != "" {
 				content += "    kubernetes.podspec-runtimeclassname: " + tt.value + "\n"
 			}
@@ -354,7 +358,8 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"egress bridge too long", "egress:\n  bridge: a-bridge-name-too-long\n", []string{"egress.bridge"}},
 		{"egress relative plugin dir", "egress:\n  cniPluginDirs: [cni]\n", []string{"egress.cniPluginDirs[0]"}},
 		{"egress unknown field", "egress:\n  enable: true\n", []string{`unknown field "enable"`}},
-		{"bad feature value", "configMaps:\n  config-features:\n    multi-container: yes-please\n", []string{"config-features", "multi-container", `"yes-please"`}},
+		{"bad feature value", "configMaps:\n  config-features:\n    tag-header-based-routing: yes-please\n", []string{"config-features", "tag-header-based-routing", `"yes-please"`}},
+		{"multi-container on", "configMaps:\n  config-features:\n    multi-container: enabled\n", []string{"config-features", "multi-container", "one container per Revision"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

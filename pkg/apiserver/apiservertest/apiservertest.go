@@ -16,10 +16,10 @@ import (
 
 	"k8s.io/client-go/rest"
 	servingcfg "knative.dev/serving/pkg/apis/config"
-	autoscalercfg "knative.dev/serving/pkg/autoscaler/config"
 
 	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/pki"
 	"github.com/knbox/knbox/pkg/store"
 )
@@ -36,23 +36,15 @@ type Env struct {
 	CAPEM      []byte
 }
 
-// ServingConfig is Knative's default configuration with the feature flags
-// knbox turns on.
+// ServingConfig is knbox's default configuration: Knative's defaults with
+// knbox's deviations (pkg/config).
 func ServingConfig(t testing.TB) *servingcfg.Config {
 	t.Helper()
-	d, err := servingcfg.NewDefaultsConfigFromMap(nil)
+	c, err := config.Default().Serving()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := servingcfg.NewFeaturesConfigFromMap(map[string]string{"kubernetes.podspec-runtimeclassname": "enabled"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := autoscalercfg.NewConfigFromMap(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &servingcfg.Config{Defaults: d, Features: f, Autoscaler: a}
+	return c
 }
 
 type logWriter struct{ t testing.TB }
