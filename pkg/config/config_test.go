@@ -212,6 +212,7 @@ egress:
   enabled: true
   subnet: 172.30.0.0/24
   bridge: kbx1
+  nameservers: [192.0.2.53]
 configMaps:
   config-features:
     kubernetes.podspec-runtimeclassname: disabled
@@ -250,7 +251,7 @@ configMaps:
 		!reflect.DeepEqual(c.APIHosts, []string{"box.example.com", "192.0.2.7", "*.apps.example.com"}) {
 		t.Errorf("settings: %+v", c)
 	}
-	if want := (Egress{Enabled: true, Subnet: "172.30.0.0/24", Bridge: "kbx1", CNIPluginDirs: DefaultCNIPluginDirs}); !reflect.DeepEqual(c.Egress, want) {
+	if want := (Egress{Enabled: true, Subnet: "172.30.0.0/24", Bridge: "kbx1", CNIPluginDirs: DefaultCNIPluginDirs, Nameservers: []string{"192.0.2.53"}}); !reflect.DeepEqual(c.Egress, want) {
 		t.Errorf("egress: %+v, want %+v", c.Egress, want)
 	}
 	if got := c.EgressSubnet().String(); got != "172.30.0.0/24" {
@@ -357,6 +358,8 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"egress subnet loopback", "egress:\n  subnet: 127.0.0.0/8\n", []string{"egress.subnet", "loopback"}},
 		{"egress bridge too long", "egress:\n  bridge: a-bridge-name-too-long\n", []string{"egress.bridge"}},
 		{"egress relative plugin dir", "egress:\n  cniPluginDirs: [cni]\n", []string{"egress.cniPluginDirs[0]"}},
+		{"egress nameserver not an IP", "egress:\n  nameservers: [dns.example]\n", []string{"egress.nameservers[0]", `"dns.example"`}},
+		{"egress nameserver on loopback", "egress:\n  nameservers: [192.0.2.53, 127.0.0.53]\n", []string{"egress.nameservers[1]", "loopback"}},
 		{"egress unknown field", "egress:\n  enable: true\n", []string{`unknown field "enable"`}},
 		{"bad feature value", "configMaps:\n  config-features:\n    tag-header-based-routing: yes-please\n", []string{"config-features", "tag-header-based-routing", `"yes-please"`}},
 		{"multi-container on", "configMaps:\n  config-features:\n    multi-container: enabled\n", []string{"config-features", "multi-container", "one container per Revision"}},

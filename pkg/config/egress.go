@@ -33,6 +33,10 @@ type Egress struct {
 	Bridge string `json:"bridge,omitempty"`
 	// CNIPluginDirs are searched for the plugins (DefaultCNIPluginDirs).
 	CNIPluginDirs []string `json:"cniPluginDirs,omitempty"`
+	// Nameservers (IP addresses) go into every instance's
+	// /etc/resolv.conf instead of the host's. Unset: the host's name servers
+	// that are not on loopback (behind systemd-resolved: its upstream ones).
+	Nameservers []string `json:"nameservers,omitempty"`
 }
 
 func (e *Egress) applyDefaults() {
@@ -68,6 +72,15 @@ func (e *Egress) validate() error {
 	}
 	if !ifName.MatchString(e.Bridge) {
 		return fmt.Errorf("egress.bridge: %q is not an interface name (at most 15 letters, digits, '_', '.', '-')", e.Bridge)
+	}
+	for i, ns := range e.Nameservers {
+		a, err := netip.ParseAddr(ns)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("egress.nameservers[%d]: %q is not an IP address", i, ns)
+		}
+		if a.IsLoopback() || a.IsUnspecified() {
+			return fmt.Errorf("egress.nameservers[%d]: %s is not reachable from an instance (loopback or unspecified)", i, ns)
+		}
 	}
 	for i, d := range e.CNIPluginDirs {
 		if d == "" || d[0] != '/' {

@@ -67,6 +67,11 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 	if err != nil {
 		return nil, err
 	}
+	var nameservers []string
+	if egress != nil {
+		nameservers = cfg.Egress.Nameservers
+		log.Info("egress on: instances reach the outside through NAT", "bridge", egress.Bridge(), "subnet", egress.Subnet(), "nameservers", nameservers)
+	}
 	mgr, err := instance.New(instance.Options{
 		Images:              images,
 		Handlers:            handlers,
@@ -85,6 +90,7 @@ func newDataPlane(ctx context.Context, cfg *config.Config, ascfg *autoscalerconf
 		ProgressDeadline: dep.ProgressDeadline,
 		Policy:           oci.Policy{OpenFiles: openFiles},
 		Egress:           egress,
+		Nameservers:      nameservers,
 		Logger:           log.With("component", "instance"),
 	})
 	if err != nil {

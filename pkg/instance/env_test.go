@@ -182,3 +182,35 @@ func TestPrepareVolumes(t *testing.T) {
 		})
 	}
 }
+
+func TestResolvConf(t *testing.T) {
+	dir := t.TempDir()
+	etc, resolved := filepath.Join(dir, "etc"), filepath.Join(dir, "resolved")
+	orig := resolvConfFiles
+	resolvConfFiles = []string{etc, resolved}
+	t.Cleanup(func() { resolvConfFiles = orig })
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(etc, "# comment\nnameserver 192.0.2.1\nnameserver 127.0.0.1\nsearch example.test\noptions ndots:2\n")
+	if got, want := resolvConf(nil), "nameserver 192.0.2.1\nsearch example.test\noptions ndots:2\n"; got != want {
+		t.Errorf("host servers:\n%s\nwant\n%s", got, want)
+	}
+	if got, want := resolvConf([]string{"192.0.2.9", "2001:db8::9"}), "nameserver 192.0.2.9\nnameserver 2001:db8::9\nsearch example.test\noptions ndots:2\n"; got != want {
+		t.Errorf("configured servers:\n%s\nwant\n%s", got, want)
+	}
+	// systemd-resolved: only its stub on loopback in /etc/resolv.conf.
+	write(etc, "nameserver 127.0.0.53\nsearch lan.test\n")
+	write(resolved, "nameserver 192.0.2.2\nsearch other.test\n")
+	if got, want := resolvConf(nil), "nameserver 192.0.2.2\nsearch lan.test\n"; got != want {
+		t.Errorf("behind systemd-resolved:\n%s\nwant\n%s", got, want)
+	}
+	os.Remove(resolved)
+	if got := resolvConf(nil); !strings.HasPrefix(got, "# knbox: no name server") {
+		t.Errorf("no reachable server: %q", got)
+	}
+}

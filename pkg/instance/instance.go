@@ -244,7 +244,7 @@ func (in *instance) prepare(ctx context.Context) error {
 	}{
 		{"hostname", hostname + "\n", 0o644},
 		{"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644},
-		{"resolv.conf", resolvConf(), 0o644},
+		{"resolv.conf", resolvConf(r.m.opts.Nameservers), 0o644},
 		{"termination-log", "", 0o666},
 	} {
 		p := filepath.Join(in.dir, f.name)
@@ -321,36 +321,53 @@ func hostnameOf(id string) string {
 	return strings.Trim(id, "-.")
 }
 
-// resolvConf is the instance's /etc/resolv.conf: the host's name servers
-// that are not on the host's loopback (unreachable from the instance's
-// namespace) and its search domains.
-func resolvConf() string {
+// Where resolvConf looks for the host's name servers: the system's file,
+// then systemd-resolved's list of its upstream servers, for hosts whose
+// /etc/resolv.conf names only resolved's stub on loopback.
+var resolvConfFiles = []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"}
+
+// resolvConf is the instance's /etc/resolv.conf: nameservers if given,
+// else the host's name servers that are not on the host's loopback (which
+// an instance cannot reach from its namespace); and the host's search
+// domains and options.
+func resolvConf(nameservers []string) string {
 	const none = "# knbox: no name server of the host is reachable from the instance's network namespace\n"
-	b, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return none
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
+	var search, servers []string
+	for i, file := range resolvConfFiles {
+		b, err := os.ReadFile(file)
+		if err != nil {
 			continue
 		}
-		switch f[0] {
-		case "nameserver":
-			if ip := net.ParseIP(f[1]); ip == nil || ip.IsLoopback() {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
 				continue
 			}
-		case "search", "options":
-		default:
-			continue
+			switch f[0] {
+			case "nameserver":
+				if ip := net.ParseIP(f[1]); ip != nil && !ip.IsLoopback() {
+					servers = append(servers, strings.Join(f, " "))
+				}
+			case "search", "options":
+				if i == 0 {
+					search = append(search, strings.Join(f, " "))
+				}
+			}
 		}
-		out = append(out, strings.Join(f, " "))
+		if len(servers) > 0 {
+			break
+		}
 	}
-	if len(out) == 0 {
+	if len(nameservers) > 0 {
+		servers = servers[:0]
+		for _, ns := range nameservers {
+			servers = append(servers, "nameserver "+ns)
+		}
+	}
+	if len(servers) == 0 {
 		return none
 	}
-	return strings.Join(out, "\n") + "\n"
+	return strings.Join(append(servers, search...), "\n") + "\n"
 }
 
 // start mounts a fresh root filesystem, writes the bundle and creates the

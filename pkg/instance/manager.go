@@ -63,6 +63,10 @@ type Options struct {
 	// egress bridge (outbound network through NAT) after making it, and
 	// detaches it before deleting it; nil: loopback only.
 	Egress *network.Egress
+	// Nameservers, when set, are the name servers of every instance's
+	// /etc/resolv.conf instead of the host's (useful with Egress on a host
+	// whose resolvers are on loopback).
+	Nameservers []string
 	// VolumeSyncPeriod is how often running instances' Secret, ConfigMap
 	// and projected volumes are brought up to date (0:
 	// DefaultVolumeSyncPeriod; negative: never).
