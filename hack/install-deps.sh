@@ -19,9 +19,9 @@ DEPS=(
 	# serves, so install_kubectl builds a v1.29 kubectl first and falls back
 	# to the package only if that fails.
 	kubectl:kubernetes-client
-	# Egress mode (egress.enabled): the CNI plugins bridge, host-local and
-	# firewall, which need iptables. Tests check the mode, so both are
-	# installed for them.
+	# Egress mode (egress.enabled): the CNI plugins bridge and host-local,
+	# and iptables for knbox's NAT and filter chains. Tests check the mode,
+	# so both are installed for them.
 	cni-plugins:containernetworking-plugins
 	iptables:iptables
 )
@@ -124,7 +124,7 @@ have_busybox() {
 
 # Debian installs the CNI plugins in /usr/lib/cni, not on PATH.
 have_cni-plugins() {
-	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/firewall ]]
+	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]]
 }
 
 have() {

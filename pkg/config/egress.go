@@ -21,7 +21,7 @@ var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
 // Egress is the optional outbound network of instances. Off, an instance's
 // network namespace has its loopback only. On, it also has an eth0 on a
-// host bridge with NAT (CNI's bridge, host-local and firewall plugins), and
+// host bridge with NAT (CNI's bridge and host-local plugins), and
 // still sees neither other instances nor the host's ports.
 type Egress struct {
 	// Enabled turns egress on for every instance started from now on.

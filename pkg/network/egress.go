@@ -3,8 +3,6 @@ package network
 import (
 	"bufio"
 	"context"
-	"crypto/sha512"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,21 +23,31 @@ import (
 
 // Egress mode gives instances outbound network, when the operator turns it
 // on, with the standard CNI plugins (Debian's containernetworking-plugins):
-// "bridge" puts a veth into the namespace as eth0, plugs its other end into
-// a host bridge that is the default gateway, and masquerades what leaves
-// the subnet; "host-local" hands out the addresses; "firewall" accepts the
-// instance's forwarded traffic even where the FORWARD chain's policy drops.
+// "bridge" puts a veth into the namespace as eth0 and plugs its other end
+// into a host bridge that is the default gateway; "host-local" hands out
+// the addresses. What does not change per instance is set up once, per
+// bridge, in chains of knbox's own (names end with the bridge's name):
+//   - KNBOX-NAT-<bridge> (nat, from POSTROUTING) masquerades what leaves the
+//     subnet;
+//   - KNBOX-FWD-<bridge> (filter, first in FORWARD) accepts what instances
+//     send out and the answers, even where FORWARD's policy drops;
+//   - KNBOX-IN-<bridge> (filter, and ip6tables, from INPUT for packets in
+//     from the bridge) drops everything: nothing from an instance is
+//     delivered to the host, whichever host address it names.
+//
+// So an attachment is a veth and an address, nothing else: attaching costs
+// two plugin runs and no firewall change, and nothing per instance can be
+// left in the firewall by a crash. (The bridge plugin's ipMasq and the
+// firewall plugin would add rules per instance, and the bridge plugin
+// removes its masquerade rules only while the namespace still exists.)
 //
 // What stays as without egress: knbox still reaches an instance by dialing
 // its loopback from inside the namespace, never through the bridge. And an
-// instance still sees neither other instances nor the host's ports:
-//   - every instance's bridge port is isolated (the kernel's bridge port flag
-//     "isolated"), so frames between two instances are dropped;
-//   - the chains KNBOX-EGRESS-INPUT (iptables and ip6tables), jumped to from
-//     INPUT for packets in from the bridge, drop them all: nothing from an
-//     instance is delivered to the host, whichever host address it names;
-//   - the bridge has no IPv6 address (disable_ipv6), so link-local IPv6
-//     reaches nothing either.
+// instance still sees neither other instances nor the host's ports: every
+// instance's bridge port is isolated (the kernel's bridge port flag
+// "isolated"), so frames between two instances are dropped; KNBOX-IN drops
+// what they send the host; the bridge has no IPv6 address (disable_ipv6),
+// so link-local IPv6 reaches nothing either.
 //
 // Forwarding (net.ipv4.ip_forward) is turned on by the bridge plugin, for the
 // whole host, as every container engine does.
@@ -48,7 +56,6 @@ import (
 const (
 	DefaultEgressBridge  = "knbox0"
 	DefaultEgressNetwork = "knbox-egress"
-	inputChain           = "KNBOX-EGRESS-INPUT"
 )
 
 // DefaultCNIPluginDirs are where Debian (/usr/lib/cni) and the CNI project's
@@ -81,9 +88,9 @@ type Egress struct {
 	setupErr error
 }
 
-// egressPlugins are the CNI plugins egress mode runs, in chain order and
-// then the IPAM plugin.
-var egressPlugins = []string{"bridge", "firewall", "host-local"}
+// egressPlugins are the CNI plugins egress mode runs: the bridge and its
+// IPAM plugin.
+var egressPlugins = []string{"bridge", "host-local"}
 
 // NewEgress checks that the plugins and iptables are there and returns an
 // Egress. It changes nothing on the host: the bridge and the firewall rules
@@ -143,7 +150,7 @@ func egressConfList(cfg EgressConfig) []byte {
 			"type":        "bridge",
 			"bridge":      cfg.Bridge,
 			"isGateway":   true,
-			"ipMasq":      true,
+			"ipMasq":      false, // KNBOX-NAT-<bridge>, once for all
 			"hairpinMode": false,
 			"ipam": m{
 				"type":    "host-local",
@@ -151,9 +158,6 @@ func egressConfList(cfg EgressConfig) []byte {
 				"routes":  []m{{"dst": "0.0.0.0/0"}},
 				"dataDir": filepath.Join(cfg.StateDir, "ipam"),
 			},
-		}, {
-			"type":    "firewall",
-			"backend": "iptables",
 		}},
 	})
 	return b
@@ -226,73 +230,16 @@ func (e *Egress) isolate(r types.Result) (netip.Addr, error) {
 	return addr, nil
 }
 
-// Detach undoes Attach: the veth goes, the address is released, the
-// firewall and masquerade rules are removed. Detaching what is not
-// attached, or a namespace that is gone, is not an error.
+// Detach undoes Attach: the veth goes and the address is released.
+// Detaching what is not attached, or a namespace that is gone, is not an
+// error.
 func (e *Egress) Detach(ctx context.Context, ns *NS) error {
 	path := ns.Path
 	if _, err := os.Stat(path); err != nil {
 		path = "" // the plugins release the address without it
 	}
-	var addrs []netip.Addr
-	if path == "" {
-		addrs = e.cachedAddrs(ns.Name)
-	}
 	if err := e.cni.DelNetworkList(ctx, e.list, e.runtimeConf(ns.Name, path)); err != nil {
 		return fmt.Errorf("egress: detach netns %s: %w", ns.Name, err)
-	}
-	if path == "" {
-		return e.removeMasquerade(ns.Name, addrs)
-	}
-	return nil
-}
-
-// cachedAddrs are the addresses CNI's result cache holds for id.
-func (e *Egress) cachedAddrs(id string) []netip.Addr {
-	r, err := e.cni.GetNetworkListCachedResult(e.list, e.runtimeConf(id, ""))
-	if err != nil || r == nil {
-		return nil
-	}
-	res, err := types100.NewResultFromResult(r)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range res.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Unmap().Is4() {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
-}
-
-// removeMasquerade removes the masquerade rules the bridge plugin made for
-// id. The plugin (1.1) finds the addresses to unmasquerade on the interface
-// inside the namespace, so when the namespace is gone it leaves them; the
-// chain's name and the rule's comment are the plugin's documented format:
-// "CNI-" and the first 24 hex digits of sha512(network name + id).
-func (e *Egress) removeMasquerade(id string, addrs []netip.Addr) error {
-	sum := sha512.Sum512([]byte(DefaultEgressNetwork + id))
-	chain := "CNI-" + hex.EncodeToString(sum[:])[:24]
-	comment := fmt.Sprintf("name: %q id: %q", DefaultEgressNetwork, id)
-	ipt := func(args ...string) error {
-		return exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).Run()
-	}
-	if ipt("-n", "-L", chain) != nil {
-		return nil // not there: nothing to do
-	}
-	for _, a := range addrs {
-		for range 4 { // a bounded number of duplicates
-			if ipt("-D", "POSTROUTING", "-s", a.String()+"/32", "-m", "comment", "--comment", comment, "-j", chain) != nil {
-				break
-			}
-		}
-	}
-	if err := ipt("-F", chain); err != nil {
-		return fmt.Errorf("egress: flush %s: %w", chain, err)
-	}
-	if err := ipt("-X", chain); err != nil {
-		return fmt.Errorf("egress: delete chain %s (still referenced from POSTROUTING?): %w", chain, err)
 	}
 	return nil
 }
@@ -339,7 +286,7 @@ func (e *Egress) Attached() ([]string, error) {
 }
 
 // setup makes, once, what all attachments share: the bridge without IPv6,
-// and the input chains that drop what instances send to the host.
+// and the chains.
 func (e *Egress) setup() error {
 	e.once.Do(func() { e.setupErr = e.doSetup() })
 	return e.setupErr
@@ -365,51 +312,102 @@ func (e *Egress) doSetup() error {
 	if err := os.WriteFile(sysctl, []byte("1"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("egress: disable IPv6 on %s: %w", e.cfg.Bridge, err)
 	}
-	for _, bin := range []string{"iptables", "ip6tables"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if bin == "iptables" {
-				return fmt.Errorf("egress: %w", err)
+	for _, c := range e.chains() {
+		if c.bin == "ip6tables" {
+			if _, err := exec.LookPath(c.bin); err != nil {
+				continue // no IPv6 firewall: the bridge has no IPv6 address anyway
 			}
-			continue // no IPv6 firewall: the bridge has no IPv6 address anyway
 		}
-		if err := inputRules(bin, e.cfg.Bridge); err != nil {
+		if err := c.install(); err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
 	}
 	return nil
 }
 
-// inputRules makes the chain inputChain drop everything, and jumps to it
-// from INPUT for packets in from the bridge. Idempotent: a second run (a
-// restart) leaves one rule of each.
-func inputRules(bin, bridge string) error {
-	ipt := func(args ...string) error {
-		out, err := exec.Command(bin, append([]string{"-w", "-t", "filter"}, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-		return nil
+// chain is one of knbox's chains for a bridge: its rules, and the rule
+// that jumps to it from a built-in chain.
+type chain struct {
+	bin, table, name string
+	from             []string // the built-in chain and the match of the jump
+	insert           bool     // jump first in from (else last)
+	rules            [][]string
+}
+
+func (e *Egress) chains() []chain {
+	br, subnet := e.cfg.Bridge, e.cfg.Subnet.String()
+	in := chain{table: "filter", name: "KNBOX-IN-" + br, from: []string{"INPUT", "-i", br}, insert: true,
+		rules: [][]string{{"-j", "DROP"}}}
+	in6 := in
+	in.bin, in6.bin = "iptables", "ip6tables"
+	return []chain{
+		in, in6,
+		{bin: "iptables", table: "filter", name: "KNBOX-FWD-" + br, from: []string{"FORWARD"}, insert: true,
+			rules: [][]string{
+				{"-i", br, "!", "-o", br, "-j", "ACCEPT"},
+				{"-o", br, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+			}},
+		{bin: "iptables", table: "nat", name: "KNBOX-NAT-" + br, from: []string{"POSTROUTING", "-s", subnet}, insert: false,
+			rules: [][]string{
+				{"-d", subnet, "-j", "RETURN"},
+				{"-d", "224.0.0.0/4", "-j", "RETURN"},
+				{"-j", "MASQUERADE"},
+			}},
 	}
-	if ipt("-n", "-L", inputChain) != nil {
-		if err := ipt("-N", inputChain); err != nil {
+}
+
+func (c chain) ipt(args ...string) error {
+	out, err := exec.Command(c.bin, append([]string{"-w", "-t", c.table}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s -t %s %s: %w: %s", c.bin, c.table, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// install makes the chain hold exactly its rules and jumps to it once.
+// Idempotent: a restart leaves one of each.
+func (c chain) install() error {
+	if c.ipt("-n", "-L", c.name) != nil {
+		if err := c.ipt("-N", c.name); err != nil {
 			return err
 		}
 	}
-	if err := ipt("-F", inputChain); err != nil {
+	if err := c.ipt("-F", c.name); err != nil {
 		return err
 	}
-	if err := ipt("-A", inputChain, "-j", "DROP"); err != nil {
-		return err
+	for _, r := range c.rules {
+		if err := c.ipt(append([]string{"-A", c.name}, r...)...); err != nil {
+			return err
+		}
 	}
-	jump := []string{"INPUT", "-i", bridge, "-j", inputChain}
-	if ipt(append([]string{"-C"}, jump...)...) == nil {
+	jump := append(append([]string{}, c.from...), "-j", c.name)
+	if c.ipt(append([]string{"-C"}, jump...)...) == nil {
 		return nil
 	}
-	return ipt(append([]string{"-I"}, jump...)...)
+	if c.insert {
+		return c.ipt(append([]string{"-I", jump[0], "1"}, jump[1:]...)...)
+	}
+	return c.ipt(append([]string{"-A"}, jump...)...)
 }
 
-// Remove deletes the bridge and the jumps from INPUT for it, and the input
-// chains if no other bridge jumps to them. For tests and for an operator
+// uninstall removes the jumps to the chain and the chain.
+func (c chain) uninstall() error {
+	jump := append(append([]string{"-D"}, c.from...), "-j", c.name)
+	for range 4 { // a bounded number of duplicate jumps
+		if c.ipt(jump...) != nil {
+			break
+		}
+	}
+	if c.ipt("-n", "-L", c.name) != nil {
+		return nil // not there
+	}
+	if err := c.ipt("-F", c.name); err != nil {
+		return err
+	}
+	return c.ipt("-X", c.name)
+}
+
+// Remove deletes the bridge and its chains. For tests and for an operator
 // who turns egress off; Detach every namespace first.
 func (e *Egress) Remove() error {
 	var errs []error
@@ -418,21 +416,12 @@ func (e *Egress) Remove() error {
 			errs = append(errs, fmt.Errorf("egress: delete bridge %s: %w", e.cfg.Bridge, err))
 		}
 	}
-	for _, bin := range []string{"iptables", "ip6tables"} {
-		if _, err := exec.LookPath(bin); err != nil {
+	for _, c := range e.chains() {
+		if _, err := exec.LookPath(c.bin); err != nil {
 			continue
 		}
-		for range 4 { // a bounded number of duplicate jumps
-			if exec.Command(bin, "-w", "-t", "filter", "-D", "INPUT", "-i", e.cfg.Bridge, "-j", inputChain).Run() != nil {
-				break
-			}
-		}
-		// Fails while another bridge still jumps to the chain: it stays.
-		if exec.Command(bin, "-w", "-t", "filter", "-F", inputChain).Run() == nil {
-			if exec.Command(bin, "-w", "-t", "filter", "-X", inputChain).Run() != nil {
-				// Still referenced: put its rule back.
-				_ = exec.Command(bin, "-w", "-t", "filter", "-A", inputChain, "-j", "DROP").Run()
-			}
+		if err := c.uninstall(); err != nil {
+			errs = append(errs, fmt.Errorf("egress: %w", err))
 		}
 	}
 	return errors.Join(errs...)

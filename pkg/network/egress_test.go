@@ -2,6 +2,7 @@ package network_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -196,4 +197,44 @@ func iptablesSave(t testing.TB) string {
 		out = append(out, string(b))
 	}
 	return strings.Join(out, "")
+}
+
+// TestEgressChains: a second Egress on the same bridge (a restart) leaves
+// one jump to each of knbox's chains, attachments add no rule, and Remove
+// takes the chains and the bridge away.
+func TestEgressChains(t *testing.T) {
+	networktest.RequireCNI(t)
+	root := nsRoot(t)
+	tn := networktest.NewNet(t, "kbc")
+	ctx := context.Background()
+	var last *network.Egress
+	var rules string
+	for i := range 2 {
+		eg := tn.Egress(t)
+		ns := newNS(t, root, fmt.Sprintf("c%d", i))
+		if _, err := eg.Attach(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			rules = iptablesSave(t)
+		}
+		if err := eg.Detach(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		last = eg
+	}
+	if after := iptablesSave(t); after != rules {
+		t.Errorf("rules differ after a second setup and an attachment:\nbefore:\n%s\nafter:\n%s", rules, after)
+	}
+	for _, jump := range []string{"-j KNBOX-IN-" + tn.Bridge, "-j KNBOX-FWD-" + tn.Bridge, "-j KNBOX-NAT-" + tn.Bridge} {
+		if n := strings.Count(rules, jump+"\n"); n != 1 {
+			t.Errorf("%d jumps %q, want 1:\n%s", n, jump, rules)
+		}
+	}
+	if err := last.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if after := iptablesSave(t); strings.Contains(after, tn.Bridge) {
+		t.Errorf("rules of %s left after Remove:\n%s", tn.Bridge, after)
+	}
 }

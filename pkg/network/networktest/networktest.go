@@ -40,7 +40,7 @@ func RequireCNI(t testing.TB) {
 	if os.Geteuid() != 0 {
 		missing = "root"
 	}
-	for _, p := range []string{"bridge", "host-local", "firewall"} {
+	for _, p := range []string{"bridge", "host-local"} {
 		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
 			missing = "/usr/lib/cni/" + p
 		}
