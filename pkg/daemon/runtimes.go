@@ -52,22 +52,14 @@ func handlers(cfg *config.Config) (map[string]runtime.Handler, map[string]error)
 func probeHandlers(ctx context.Context, hs map[string]runtime.Handler, scratch string, log *slog.Logger) map[string]runtime.Handler {
 	// What a knbox killed while probing left: its probe containers (each
 	// handler's own root, so in parallel), then their bundles.
-	var wg sync.WaitGroup
-	for name, h := range hs {
-		wg.Add(1)
-		go func(name string, h runtime.Handler) {
-			defer wg.Done()
-			lctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			defer cancel()
-			n, err := runtime.RemoveProbeLeftovers(lctx, h)
-			if err != nil {
-				log.Warn("removing probe containers of an earlier run", "handler", name, "err", err)
-			} else if n > 0 {
-				log.Info("removed probe containers of an earlier run", "handler", name, "containers", n)
-			}
-		}(name, h)
-	}
-	wg.Wait()
+	eachHandler(ctx, hs, func(ctx context.Context, name string, h runtime.Handler) {
+		n, err := runtime.RemoveProbeLeftovers(ctx, h)
+		if err != nil {
+			log.Warn("removing probe containers of an earlier run", "handler", name, "err", err)
+		} else if n > 0 {
+			log.Info("removed probe containers of an earlier run", "handler", name, "containers", n)
+		}
+	})
 	if err := os.RemoveAll(scratch); err != nil {
 		log.Warn("runtime probe: clearing the scratch directory", "err", err)
 	}
@@ -77,23 +69,32 @@ func probeHandlers(ctx context.Context, hs map[string]runtime.Handler, scratch s
 	}
 	var mu sync.Mutex
 	ok := map[string]runtime.Handler{}
+	eachHandler(ctx, hs, func(ctx context.Context, name string, h runtime.Handler) {
+		if err := runtime.Available(ctx, h, scratch); err != nil {
+			log.Warn("runtime handler does not work on this host", "handler", name, "err", err)
+			return
+		}
+		mu.Lock()
+		ok[name] = h
+		mu.Unlock()
+	})
+	return ok
+}
+
+// eachHandler runs f for every handler, in parallel, each within a minute,
+// and returns when all have returned.
+func eachHandler(ctx context.Context, hs map[string]runtime.Handler, f func(ctx context.Context, name string, h runtime.Handler)) {
+	var wg sync.WaitGroup
 	for name, h := range hs {
 		wg.Add(1)
-		go func(name string, h runtime.Handler) {
+		go func() {
 			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			hctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			if err := runtime.Available(pctx, h, scratch); err != nil {
-				log.Warn("runtime handler does not work on this host", "handler", name, "err", err)
-				return
-			}
-			mu.Lock()
-			ok[name] = h
-			mu.Unlock()
-		}(name, h)
+			f(hctx, name, h)
+		}()
 	}
 	wg.Wait()
-	return ok
 }
 
 // registerRuntimeClasses makes sure a RuntimeClass named after each working
