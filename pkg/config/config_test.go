@@ -495,6 +495,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("")
 	f.Add("apiAddr: 127.0.0.1:1\nconfigMaps:\n  config-gc:\n    min-non-active-revisions: 1\n")
 	f.Add("configMaps:\n  config-domain:\n    a.b: |\n      selector:\n        x: y\n")
+	f.Add("egress:\n  enabled: true\n  subnet: 10.89.0.0/16\n  bridge: knbox0\n  nameservers: [192.0.2.53]\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		c, err := parse([]byte(content))
 		if err != nil {
@@ -518,6 +519,9 @@ func FuzzLoad(f *testing.F) {
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("Validate after a valid Load: %v", err)
+		}
+		if p := c.EgressSubnet(); !p.IsValid() || !p.Addr().Is4() {
+			t.Fatalf("egress subnet %q accepted, but it is not an IPv4 prefix", c.Egress.Subnet)
 		}
 	})
 }

@@ -197,3 +197,49 @@ func readThrough(t *testing.T, e *env, rev, volume, p string) string {
 	}
 	return string(b)
 }
+
+// FuzzVolumeItems: whatever item paths and data a Secret or ConfigMap
+// volume names (they come from the API), writing the volume either refuses
+// them or puts every file inside the volume's directory, and a second
+// write of the same content changes nothing.
+func FuzzVolumeItems(f *testing.F) {
+	f.Add("key", "a/b.txt", []byte("v"), int32(0o644))
+	f.Add("key", "../escape", []byte("v"), int32(0o600))
+	f.Add("key", "..data", []byte("v"), int32(0o600))
+	f.Add("key", "/abs", []byte(""), int32(-1))
+	f.Add("key", "a/../../b", []byte("x"), int32(0o7777))
+	f.Add("key", "./a//b/", []byte("x"), int32(0))
+	f.Fuzz(func(t *testing.T, key, itemPath string, data []byte, mode int32) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "vol")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]volumeFile{}
+		m := &mode
+		err := keyFiles(files, "secret s", map[string][]byte{key: data}, []corev1.KeyToPath{{Key: key, Path: itemPath, Mode: m}}, nil, nil)
+		if err != nil {
+			return
+		}
+		changed, err := writeVolume(dir, files)
+		if err != nil {
+			return // e.g. a path through a file: refused, not written outside
+		}
+		if !changed {
+			t.Fatalf("first write reported no change")
+		}
+		ents, _ := os.ReadDir(parent)
+		if len(ents) != 1 || ents[0].Name() != "vol" {
+			t.Fatalf("item path %q wrote outside the volume: %v", itemPath, ents)
+		}
+		if changed, err := writeVolume(dir, files); err != nil || changed {
+			t.Fatalf("second write of the same content: changed %v, %v", changed, err)
+		}
+		for p, want := range files {
+			b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+			if err != nil || string(b) != string(want.data) {
+				t.Fatalf("%s through the volume's links: %q, %v; want %q", p, b, err, want.data)
+			}
+		}
+	})
+}
