@@ -309,6 +309,14 @@ func (m *Manager) volumeFiles(ns string, v corev1.Volume) (map[string]volumeFile
 	default:
 		return nil, errors.New("only secret, configMap, projected and emptyDir volumes are supported")
 	}
+	// A path cannot be a file and a directory at once ("a" and "a/b").
+	for p := range files {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if _, ok := files[d]; ok {
+				return nil, fmt.Errorf("item paths %q and %q: %q cannot be a file and a directory", d, p, d)
+			}
+		}
+	}
 	return files, nil
 }
 
