@@ -64,12 +64,6 @@ const (
 	// "svc.cluster.local".
 	DefaultDomain = "localhost"
 
-	// MultiContainerFeature is off, and may not be turned on: knbox runs one
-	// container per Revision, so it refuses Revisions with several (with
-	// Knative's own validation message) rather than run only one of them.
-	// Knative: "Enabled".
-	MultiContainerFeature = "multi-container"
-
 	// QueueSidecarImageUnused fills config-deployment's queue-sidecar-image,
 	// which Knative requires: knbox has no queue-proxy sidecar (its router
 	// does that job), so the value is never used.
@@ -404,9 +398,6 @@ func (c *Config) features() (*servingcfg.Features, error) {
 		if !knownFeature(k) {
 			return nil, fmt.Errorf("%s: unknown feature %q", FeaturesName, k)
 		}
-		if k == MultiContainerFeature && !strings.EqualFold(user[k], string(servingcfg.Disabled)) {
-			return nil, fmt.Errorf("%s: %s: %q is not supported: knbox runs one container per Revision (only \"disabled\")", FeaturesName, k, user[k])
-		}
 		switch v := user[k]; {
 		case strings.EqualFold(v, string(servingcfg.Enabled)),
 			strings.EqualFold(v, string(servingcfg.Allowed)),
@@ -415,9 +406,8 @@ func (c *Config) features() (*servingcfg.Features, error) {
 			return nil, fmt.Errorf("%s: %s: invalid value %q: want enabled, allowed or disabled", FeaturesName, k, v)
 		}
 	}
-	data := make(map[string]string, len(user)+2)
+	data := make(map[string]string, len(user)+1)
 	data[RuntimeClassNameFeature] = "enabled"
-	data[MultiContainerFeature] = "disabled"
 	for k, v := range user {
 		data[k] = v
 	}

@@ -87,10 +87,6 @@ func TestKnativeDefaults(t *testing.T) {
 		t.Fatalf("Knative's runtimeClassName default changed to %q: revisit the deviation", wantFeatures.PodSpecRuntimeClassName)
 	}
 	wantFeatures.PodSpecRuntimeClassName = servingcfg.Enabled // the deviation
-	if wantFeatures.MultiContainer != servingcfg.Enabled {
-		t.Fatalf("Knative's multi-container default changed to %q: revisit the deviation", wantFeatures.MultiContainer)
-	}
-	wantFeatures.MultiContainer = servingcfg.Disabled // the other one
 	if !reflect.DeepEqual(s.Features, wantFeatures) {
 		t.Errorf("features = %+v\nwant %+v", s.Features, wantFeatures)
 	}
@@ -362,7 +358,6 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"egress nameserver on loopback", "egress:\n  nameservers: [192.0.2.53, 127.0.0.53]\n", []string{"egress.nameservers[1]", "loopback"}},
 		{"egress unknown field", "egress:\n  enable: true\n", []string{`unknown field "enable"`}},
 		{"bad feature value", "configMaps:\n  config-features:\n    tag-header-based-routing: yes-please\n", []string{"config-features", "tag-header-based-routing", `"yes-please"`}},
-		{"multi-container on", "configMaps:\n  config-features:\n    multi-container: enabled\n", []string{"config-features", "multi-container", "one container per Revision"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -337,3 +337,46 @@ func TestRestartConverges(t *testing.T) {
 		t.Errorf("%d revisions after restart", len(revs.Items))
 	}
 }
+
+// TestSidecarDigests: a Revision with a sidecar gets one containerStatus
+// per container, by name and in the containers' order, each with its own
+// image's digest, as Knative records them; a sidecar image that cannot be
+// resolved fails the Revision naming that image.
+func TestSidecarDigests(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	withSidecar := func(name, sidecarImage string) *servingv1.Service {
+		s := ksvc(name, "example.com/app:v1")
+		s.Spec.Template.Spec.Containers = []corev1.Container{
+			{Name: "side", Image: sidecarImage},
+			{Name: "app", Image: "example.com/app:v1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
+		}
+		return s
+	}
+	for _, s := range []*servingv1.Service{withSidecar("two", "example.com/side:v1"), withSidecar("gone", "example.com/missing-side:v1")} {
+		if _, err := e.client.ServingV1().Services("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.readyAt("two", "two-00001")
+	rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "two-00001", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := rev.Status.ContainerStatuses
+	if len(sts) != 2 || sts[0].Name != "side" || !strings.HasPrefix(sts[0].ImageDigest, "example.com/side@sha256:") ||
+		sts[1].Name != "app" || !strings.HasPrefix(sts[1].ImageDigest, "example.com/app@sha256:") {
+		t.Errorf("containerStatuses %+v, want side's then app's digest", sts)
+	}
+	eventually(t, "gone failed", func() error {
+		rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "gone-00001", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := rev.Status.GetCondition(servingv1.RevisionConditionContainerHealthy)
+		if c == nil || !c.IsFalse() || c.Reason != "ContainerMissing" || !strings.Contains(c.Message, "example.com/missing-side:v1") {
+			return fmt.Errorf("container healthy %+v", c)
+		}
+		return nil
+	})
+}

@@ -35,8 +35,7 @@ func newFakeRuntime() *fakeRuntime {
 	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}}
 }
 
-func (f *fakeRuntime) Resolve(_ context.Context, rev *servingv1.Revision) (string, error) {
-	img := rev.Spec.Containers[0].Image
+func (f *fakeRuntime) Resolve(_ context.Context, _ *servingv1.Revision, img string) (string, error) {
 	if strings.Contains(img, "missing") {
 		return "", errors.New("MANIFEST_UNKNOWN: manifest unknown")
 	}

@@ -24,24 +24,29 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 	rev.Status.InitializeConditions()
 	defer func() { rev.Status.ObservedGeneration = rev.Generation }()
 
-	// Resolve the image to a digest once, when the revision is new; every
-	// instance runs that digest even if the tag moves later.
-	if len(rev.Status.ContainerStatuses) == 0 || rev.Status.ContainerStatuses[0].ImageDigest == "" {
-		digest, err := c.opts.Runtime.Resolve(ctx, rev)
-		if err != nil {
-			rev.Status.MarkContainerHealthyFalse(servingv1.ReasonContainerMissing,
-				servingv1.RevisionContainerMissingMessage(rev.Spec.Containers[0].Image, err.Error()))
-			rev.Status.MarkResourcesAvailableFalse(servingv1.ReasonContainerMissing, "the image could not be resolved")
-			rev.Status.ObservedGeneration = rev.Generation
-			return c.updateRevisionStatus(ctx, cur, rev)
+	// Resolve the images to digests once, when the revision is new; every
+	// instance runs those digests even if the tags move later. Like
+	// Knative, one status per container, by name, in the containers' order.
+	if !digestsResolved(rev) {
+		statuses := make([]servingv1.ContainerStatus, 0, len(rev.Spec.Containers))
+		for _, ctr := range rev.Spec.Containers {
+			digest, err := c.opts.Runtime.Resolve(ctx, rev, ctr.Image)
+			if err != nil {
+				rev.Status.MarkContainerHealthyFalse(servingv1.ReasonContainerMissing,
+					servingv1.RevisionContainerMissingMessage(ctr.Image, err.Error()))
+				rev.Status.MarkResourcesAvailableFalse(servingv1.ReasonContainerMissing, "the image could not be resolved")
+				rev.Status.ObservedGeneration = rev.Generation
+				return c.updateRevisionStatus(ctx, cur, rev)
+			}
+			statuses = append(statuses, servingv1.ContainerStatus{Name: ctr.Name, ImageDigest: digest})
 		}
-		rev.Status.ContainerStatuses = []servingv1.ContainerStatus{{Name: rev.Spec.Containers[0].Name, ImageDigest: digest}}
-		// Record the digest before anything runs it.
+		rev.Status.ContainerStatuses = statuses
+		// Record the digests before anything runs them.
 		rev.Status.ObservedGeneration = rev.Generation
 		if err := c.updateRevisionStatus(ctx, cur, rev); err != nil {
 			return err
 		}
-		return nil // the status update wakes us again with the digest
+		return nil // the status update wakes us again with the digests
 	}
 
 	st, err := c.opts.Runtime.Ensure(ctx, rev)
@@ -75,6 +80,21 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 	rev.Status.LogURL = st.LogURL
 	rev.Status.ObservedGeneration = rev.Generation
 	return c.updateRevisionStatus(ctx, cur, rev)
+}
+
+// digestsResolved tells whether every container of rev has its digest in
+// status.containerStatuses.
+func digestsResolved(rev *servingv1.Revision) bool {
+	sts := rev.Status.ContainerStatuses
+	if len(sts) != len(rev.Spec.Containers) {
+		return false
+	}
+	for i := range sts {
+		if sts[i].ImageDigest == "" {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Controller) updateRevisionStatus(ctx context.Context, cur, want *servingv1.Revision) error {

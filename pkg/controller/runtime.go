@@ -11,10 +11,11 @@ import (
 // it. The runtime issue implements it over real containers; tests use a
 // fake.
 type Runtime interface {
-	// Resolve returns the digest reference (repo@sha256:...) of the
-	// revision's container image, as Knative does when a Revision is
-	// created; every instance then runs that digest.
-	Resolve(ctx context.Context, rev *servingv1.Revision) (string, error)
+	// Resolve returns the digest reference (repo@sha256:...) of image, one
+	// of the revision's container images (pulled with its
+	// imagePullSecrets), as Knative does when a Revision is created; every
+	// instance then runs that digest.
+	Resolve(ctx context.Context, rev *servingv1.Revision, image string) (string, error)
 	// Ensure makes the runtime run rev (idempotent) and returns its state.
 	Ensure(ctx context.Context, rev *servingv1.Revision) (RevisionState, error)
 	// Remove stops every instance of a revision that no longer exists.

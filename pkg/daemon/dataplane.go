@@ -139,8 +139,8 @@ func (dp *dataPlane) runtime() controller.Runtime { return scaledRuntime{dp} }
 
 type scaledRuntime struct{ dp *dataPlane }
 
-func (s scaledRuntime) Resolve(ctx context.Context, rev *servingv1.Revision) (string, error) {
-	return s.dp.mgr.Resolve(ctx, rev)
+func (s scaledRuntime) Resolve(ctx context.Context, rev *servingv1.Revision, image string) (string, error) {
+	return s.dp.mgr.Resolve(ctx, rev, image)
 }
 
 func (s scaledRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) (controller.RevisionState, error) {

@@ -1,7 +1,8 @@
 // Package instance runs each Revision as a set of instances: it resolves and
-// pulls the image, prepares each instance (overlay root filesystem, network
-// namespace, OCI bundle per the runtime contract, log files, syslog socket,
-// termination log), starts it with the handler its RuntimeClass names,
+// pulls the images, prepares each instance (network namespace, log files,
+// syslog socket, and per container an overlay root filesystem, an OCI
+// bundle per the runtime contract and a termination log), starts its
+// containers with the handler its RuntimeClass names,
 // probes it, restarts it with backoff when it crashes, stops it in order
 // (drain, SIGTERM, grace, SIGKILL), and tells the Revision reconciler
 // (controller.Runtime) and the router (router.Instances) what it knows.
@@ -11,9 +12,9 @@
 //
 // # Revisions
 //
-// Ensure starts a revision's loop, which pulls the digest that Resolve
-// returned (the revision's status.containerStatuses[0].imageDigest) once and
-// keeps the number of instances at the wanted scale: one until SetScale (the
+// Ensure starts a revision's loop, which pulls the digests that Resolve
+// returned (the revision's status.containerStatuses[i].imageDigest, one per
+// container, in their order) once and keeps the number of instances at the wanted scale: one until SetScale (the
 // autoscaler) first speaks, then what it last said; at least one after
 // Activate (the router's scale from zero); and at least one until the
 // revision has been ready once, so that every new revision starts one
@@ -46,16 +47,35 @@
 // network namespace is created by package network; the router and the
 // probes dial 127.0.0.1:$PORT inside it.
 //
-// The environment is PORT (the containerPort, default 8080), K_SERVICE,
-// K_CONFIGURATION and K_REVISION, then envFrom, then env, with valueFrom of
-// Secrets, ConfigMaps, fieldRef and resourceFieldRef resolved. A missing
-// Secret or ConfigMap that is not optional keeps the instance from starting.
+// The environment is PORT (the containerPort, default 8080; the serving
+// container's only, as Knative gives it), K_SERVICE, K_CONFIGURATION and
+// K_REVISION, then envFrom, then env, with valueFrom of Secrets,
+// ConfigMaps, fieldRef and resourceFieldRef resolved. A missing Secret or
+// ConfigMap that is not optional keeps the instance from starting.
+//
+// # Several containers
+//
+// A revision with sidecars (Knative's multi-container) runs them all in each
+// instance: the serving container is the one with the port, and the others
+// share its network namespace (127.0.0.1), /etc/hosts, /etc/hostname,
+// /etc/resolv.conf, /dev/log and volumes, each with its own image, root
+// filesystem, bundle (containers/<name> in the instance's directory),
+// termination log, cgroup, resources and securityContext. A sidecar's
+// container id is "<name>_<instance>", so Recover finds sidecars by their
+// instance. Readiness and liveness are the serving container's; sidecars'
+// probes are ignored (Knative uses them only under multi-container-probing,
+// off by default). The process handler runs one container per instance and
+// fails such a revision (MultiContainerUnsupported).
 //
 // A container that exits is deleted and started again in the same instance
 // (same namespace, a fresh root filesystem) after a backoff that doubles
 // from 200ms to at most 10s, and starts afresh after a run of 10s. A
 // liveness probe that fails failureThreshold times in a row restarts it the
-// same way.
+// same way. With several containers, the whole instance restarts when any
+// one of them exits (the others get SIGTERM, the grace period, SIGKILL),
+// where the kubelet would restart that container alone: one restart path
+// and one backoff for the instance, at the price of restarting containers
+// that did not fail. The failure on the revision names the container.
 //
 // Readiness is probed every 25ms from the start (after initialDelaySeconds)
 // until the first success, so that the probe adds little to a cold start,
@@ -65,15 +85,17 @@
 // Stopping an instance (scale down, Remove, Close): it leaves Endpoints at
 // once; if the router may have requests on it (Endpoints returned it), the
 // stop waits for Drained or at most the revision's timeoutSeconds; then
-// SIGTERM, then SIGKILL after a grace period of timeoutSeconds (as Knative
-// sets terminationGracePeriodSeconds). Its container, mounts, namespace and
+// SIGTERM to every container, then SIGKILL after a grace period of
+// timeoutSeconds (as Knative sets terminationGracePeriodSeconds). Its container, mounts, namespace and
 // directory are removed; its log is kept.
 //
 // # Logs
 //
-// stdout, stderr and what the container sends to /dev/log go to
+// stdout, stderr and what the containers send to /dev/log go to
 // StateDir/logs/<namespace>/<revision>/<instance>.log in the CRI log format
-// (time, stream, F or P for a partial line, message), rotated at 10 MiB with
+// (time, stream, F or P for a partial line, message; with several
+// containers, each line of a container's output starts with its name in
+// brackets, "[sidecar] ..."), rotated at 10 MiB with
 // one older file kept. The logs of the last 10 stopped instances of a
 // revision are kept; Remove deletes them all. Logs merges them by time.
 //
@@ -101,7 +123,7 @@
 //
 // Every goroutine is owned: the Manager owns one loop per revision, each
 // revision owns one goroutine per instance, and each instance owns the
-// goroutines that wait for its container's exit, probe it and read its
-// syslog socket. All of them end when their owner's context ends; Close
+// goroutines that wait for its containers' exits, probe the serving one
+// and read its syslog socket. All of them end when their owner's context ends; Close
 // stops every instance in order and then cancels that context.
 package instance

@@ -43,16 +43,20 @@ type instanceMeta struct {
 	hostname string
 }
 
-// buildEnv returns the container's environment as NAME=value: PORT and the
-// K_* variables of the runtime contract, then envFrom, then env, with
-// valueFrom resolved through the Lookup.
+// buildEnv returns the container's environment as NAME=value: PORT (if
+// port is not 0: the serving container's) and the K_* variables of the
+// runtime contract (every container's, as Knative gives them), then
+// envFrom, then env, with valueFrom resolved through the Lookup.
 func (m *Manager) buildEnv(rev *servingv1.Revision, c *corev1.Container, port int32, meta instanceMeta) ([]string, error) {
-	env := []string{
-		"PORT=" + strconv.Itoa(int(port)),
-		"K_SERVICE=" + rev.Labels[serving.ServiceLabelKey],
-		"K_CONFIGURATION=" + rev.Labels[serving.ConfigurationLabelKey],
-		"K_REVISION=" + rev.Name,
+	var env []string
+	if port != 0 {
+		env = append(env, "PORT="+strconv.Itoa(int(port)))
 	}
+	env = append(env,
+		"K_SERVICE="+rev.Labels[serving.ServiceLabelKey],
+		"K_CONFIGURATION="+rev.Labels[serving.ConfigurationLabelKey],
+		"K_REVISION="+rev.Name,
+	)
 	ns := rev.Namespace
 	for i, from := range c.EnvFrom {
 		var data map[string]string

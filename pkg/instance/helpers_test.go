@@ -228,16 +228,27 @@ func newRev(t testing.TB, ns, name, handler, ref string, mutate ...func(*serving
 func (e *env) resolveAndEnsure(rev *servingv1.Revision) controller.RevisionState {
 	e.t.Helper()
 	ctx := context.Background()
-	digest, err := e.m.Resolve(ctx, rev)
-	if err != nil {
-		e.t.Fatalf("resolve: %v", err)
-	}
-	rev.Status.ContainerStatuses = []servingv1.ContainerStatus{{Name: rev.Spec.Containers[0].Name, ImageDigest: digest}}
+	rev.Status.ContainerStatuses = resolveAll(e.t, e.m, rev)
 	st, err := e.m.Ensure(ctx, rev)
 	if err != nil {
 		e.t.Fatalf("ensure: %v", err)
 	}
 	return st
+}
+
+// resolveAll resolves every container's image of rev, as the Revision
+// reconciler does: one status per container, in their order.
+func resolveAll(t testing.TB, m *Manager, rev *servingv1.Revision) []servingv1.ContainerStatus {
+	t.Helper()
+	var sts []servingv1.ContainerStatus
+	for _, c := range rev.Spec.Containers {
+		digest, err := m.Resolve(context.Background(), rev, c.Image)
+		if err != nil {
+			t.Fatalf("resolve %s: %v", c.Image, err)
+		}
+		sts = append(sts, servingv1.ContainerStatus{Name: c.Name, ImageDigest: digest})
+	}
+	return sts
 }
 
 // waitState ensures rev until cond holds, as the reconciler does on every
@@ -368,7 +379,7 @@ func (e *env) leftovers(prefix string) (mounts, namespaces, containers int) {
 			e.t.Fatal(err)
 		}
 		for _, c := range cs {
-			if strings.HasPrefix(c.ID(), prefix) {
+			if strings.HasPrefix(instanceOf(c.ID()), prefix) { // sidecars too
 				containers++
 			}
 		}

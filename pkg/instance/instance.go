@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/oci"
@@ -48,8 +50,9 @@ type instanceState struct {
 const stateFile = "instance.json"
 
 // instance is one running copy of a revision: a directory, a network
-// namespace, a log, and a container that is restarted when it ends. Its
-// goroutine (run) owns all of them.
+// namespace, a log, and its containers (one per container of the
+// revision), restarted together when one of them ends. Its goroutine (run)
+// owns all of them.
 type instance struct {
 	r    *revision
 	id   string
@@ -70,14 +73,48 @@ type instance struct {
 	// Owned by run.
 	prepared    bool
 	logf        *logFile
-	stdout      *lineWriter
-	stderr      *lineWriter
 	syslog      *net.UnixConn
 	syslogDone  chan struct{}
 	volumes     map[string]oci.Volume
-	mounted     bool
-	c           runtime.Container
+	ctrs        []*ctr // by the revision's containers, once prepared
 	lastStarted time.Time
+}
+
+// ctr is one container of an instance. The serving container keeps the
+// layout an instance of one container has: its id is the instance's and
+// its bundle (config.json, overlay, termination log) is the instance's
+// directory. A sidecar's id is "<name>_<instance>": neither a revision nor
+// a container name has a "_", so the id maps back to its instance (which
+// Recover and removeLeftover rely on), and it does not start with the
+// instance's id, which runsc would take for an abbreviation of it (runsc
+// looks a missing id up by prefix and finds the sidecar). Its bundle is
+// containers/<name> below the instance's directory, where Recover's
+// unmount of everything under it finds its overlay.
+type ctr struct {
+	idx     int // in runSpec.containers
+	name    string
+	id      string
+	dir     string
+	tail    *outputTail
+	stdout  *lineWriter
+	stderr  *lineWriter
+	c       runtime.Container
+	mounted bool
+}
+
+// sidecarSep joins a sidecar's name and its instance's id into the
+// sidecar's container id.
+const sidecarSep = "_"
+
+// sidecarID is the container id of the sidecar name of instance id.
+func sidecarID(id, name string) string { return name + sidecarSep + id }
+
+// instanceOf is the id of the instance a container id belongs to.
+func instanceOf(containerID string) string {
+	if _, id, ok := strings.Cut(containerID, sidecarSep); ok {
+		return id
+	}
+	return containerID
 }
 
 func newInstance(r *revision, id string) *instance {
@@ -169,7 +206,7 @@ func (in *instance) run(ctx context.Context) {
 			}
 			continue
 		}
-		code, msg, stopped := in.supervise(ctx)
+		name, code, msg, stopped := in.supervise(ctx)
 		if stopped {
 			return
 		}
@@ -177,7 +214,7 @@ func (in *instance) run(ctx context.Context) {
 			failures = 0
 		}
 		failures++
-		in.r.exited(in, code, msg)
+		in.r.exited(in, name, code, msg)
 		in.teardownContainer()
 		d := backoff(failures)
 		in.log.Info("restarting instance", "after", d, "restarts", failures)
@@ -214,8 +251,9 @@ func (in *instance) prepare(ctx context.Context) error {
 			return fmt.Errorf("prepare instance: %w", err)
 		}
 		in.logf = l
-		in.stdout = &lineWriter{l: l, stream: streamStdout}
-		in.stderr = &lineWriter{l: l, stream: streamStderr}
+	}
+	if in.ctrs == nil {
+		in.ctrs = in.newCtrs(spec)
 	}
 	if in.nsOf() == nil {
 		ns, err := network.CreateIn(r.m.netnsRoot, in.id)
@@ -245,7 +283,6 @@ func (in *instance) prepare(ctx context.Context) error {
 		{"hostname", hostname + "\n", 0o644},
 		{"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644},
 		{"resolv.conf", resolvConf(r.m.opts.Nameservers), 0o644},
-		{"termination-log", "", 0o666},
 	} {
 		p := filepath.Join(in.dir, f.name)
 		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
@@ -275,6 +312,28 @@ func (in *instance) prepare(ctx context.Context) error {
 	}
 	in.prepared = true
 	return nil
+}
+
+// newCtrs makes the instance's containers' state. With several
+// containers, each one's lines in the log start with its name in brackets.
+func (in *instance) newCtrs(spec runSpec) []*ctr {
+	ctrs := make([]*ctr, len(spec.containers))
+	for i := range spec.containers {
+		name := spec.containers[i].container.Name
+		c := &ctr{idx: i, name: name, id: in.id, dir: in.dir, tail: &outputTail{}}
+		if i != spec.serving {
+			c.id = sidecarID(in.id, name)
+			c.dir = filepath.Join(in.dir, "containers", name)
+		}
+		tag := ""
+		if len(spec.containers) > 1 {
+			tag = "[" + name + "] "
+		}
+		c.stdout = &lineWriter{l: in.logf, stream: streamStdout, tag: tag, tail: c.tail}
+		c.stderr = &lineWriter{l: in.logf, stream: streamStderr, tag: tag, tail: c.tail}
+		ctrs[i] = c
+	}
+	return ctrs
 }
 
 // startVolumeSync starts syncVolumes for the instance's Secret, ConfigMap
@@ -370,43 +429,81 @@ func resolvConf(nameservers []string) string {
 	return strings.Join(append(servers, search...), "\n") + "\n"
 }
 
-// start mounts a fresh root filesystem, writes the bundle and creates the
-// container.
+// start mounts a fresh root filesystem for each container, writes its
+// bundle and creates it, in the revision's order (as the kubelet starts a
+// pod's containers, without waiting for one to be ready before the next).
 func (in *instance) start(ctx context.Context) error {
 	r := in.r
 	r.mu.Lock()
-	spec, rev, img := r.spec, r.rev, r.img
+	spec, rev, imgs := r.spec, r.rev, r.imgs
 	ns := in.ns
 	r.mu.Unlock()
-	if img == nil {
+	if imgs == nil {
 		return errors.New("start: the image is not pulled")
 	}
-	if in.mounted {
-		in.teardownContainer()
-	}
+	in.teardownContainer()
 	t0 := time.Now()
-	rootfs, err := r.m.opts.Images.Mount(img, in.dir)
+	for _, c := range in.ctrs {
+		if err := in.startCtr(ctx, spec, rev, imgs[c.idx], ns, c); err != nil {
+			if len(in.ctrs) > 1 {
+				if ce, ok := err.(*configError); ok {
+					return &configError{fmt.Errorf("container %s: %w", c.name, ce.err)}
+				}
+				return fmt.Errorf("container %s: %w", c.name, err)
+			}
+			return err
+		}
+	}
+	in.lastStarted = time.Now()
+	in.log.Debug("containers started", "handler", spec.handlerName, "containers", len(in.ctrs), "sinceCreated", time.Since(in.born),
+		"start", in.lastStarted.Sub(t0))
+	return nil
+}
+
+// startCtr mounts c's root filesystem, writes its bundle and creates it.
+func (in *instance) startCtr(ctx context.Context, spec runSpec, rev *servingv1.Revision, img *image.Image, ns *network.NS, c *ctr) error {
+	r := in.r
+	cs := &spec.containers[c.idx]
+	if c.dir != in.dir {
+		if err := os.MkdirAll(c.dir, 0o711); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
+	// Each container has a termination log of its own, as on Kubernetes.
+	termLog := filepath.Join(c.dir, "termination-log")
+	if err := os.WriteFile(termLog, nil, 0o666); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if err := os.Chmod(termLog, 0o666); err != nil { // past the umask
+		return fmt.Errorf("start: %w", err)
+	}
+	rootfs, err := r.m.opts.Images.Mount(img, c.dir)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	in.mounted = true
-	env, err := r.m.buildEnv(rev, &spec.container, spec.port, instanceMeta{name: in.id, hostname: hostnameOf(in.id)})
+	c.mounted = true
+	// Knative gives PORT to the serving container only (makeServingContainer).
+	port := spec.port
+	if c.idx != spec.serving {
+		port = 0
+	}
+	env, err := r.m.buildEnv(rev, &cs.container, port, instanceMeta{name: in.id, hostname: hostnameOf(in.id)})
 	if err != nil {
 		return err
 	}
 	input := oci.Input{
-		Container:      spec.container,
+		Container:      cs.container,
 		PodSecurity:    spec.pod,
 		Image:          oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, User: img.Config.User},
 		Env:            env,
 		Rootfs:         rootfs,
 		Hostname:       hostnameOf(in.id),
 		NetNSPath:      ns.Path,
-		CgroupsPath:    "/knbox/" + in.id,
+		CgroupsPath:    "/knbox/" + c.id,
 		EtcHosts:       filepath.Join(in.dir, "hosts"),
 		EtcHostname:    filepath.Join(in.dir, "hostname"),
 		ResolvConf:     filepath.Join(in.dir, "resolv.conf"),
-		TerminationLog: filepath.Join(in.dir, "termination-log"),
+		TerminationLog: termLog,
 		SyslogSocket:   filepath.Join(in.dir, "log.sock"),
 		Volumes:        in.volumes,
 		MachineMemory:  r.m.memory,
@@ -425,22 +522,17 @@ func (in *instance) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(in.dir, "config.json"), b, 0o600); err != nil {
+	if err := writeFileSync(filepath.Join(c.dir, "config.json"), b, 0o600); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if err := os.Truncate(filepath.Join(in.dir, "termination-log"), 0); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	in.logf.resetTail()
+	c.tail.reset()
 	t1 := time.Now()
-	c, err := spec.handler.Create(ctx, in.id, in.dir, runtime.IO{Stdout: in.stdout, Stderr: in.stderr})
+	rc, err := spec.handler.Create(ctx, c.id, c.dir, runtime.IO{Stdout: c.stdout, Stderr: c.stderr})
 	if err != nil {
 		return err
 	}
-	in.c = c
-	in.lastStarted = time.Now()
-	in.log.Debug("container started", "handler", spec.handlerName, "pid", c.Pid(), "sinceCreated", time.Since(in.born),
-		"bundle", t1.Sub(t0), "create", in.lastStarted.Sub(t1))
+	c.c = rc
+	in.log.Debug("container started", "container", c.name, "pid", rc.Pid(), "create", time.Since(t1))
 	return nil
 }
 
@@ -461,24 +553,40 @@ func watchExit(ctx context.Context, c runtime.Container) *exitWatch {
 	return w
 }
 
-// supervise probes the running container until it exits (code and
-// termination message returned), a liveness probe fails (it is restarted:
-// the same), the instance is stopped (stopped true) or ctx ends (stopped
-// true; cleanup kills it).
-func (in *instance) supervise(ctx context.Context) (code int, msg string, stopped bool) {
-	c := in.c
+// supervise probes the running containers until one of them exits (its
+// name, exit code and termination message returned), the serving
+// container's liveness probe fails (it is restarted: the same), the
+// instance is stopped (stopped true) or ctx ends (stopped true; cleanup
+// kills them). Either of the first two ends all the containers: the
+// instance restarts as a whole.
+func (in *instance) supervise(ctx context.Context) (name string, code int, msg string, stopped bool) {
 	spec := in.r.spec
-	ex := watchExit(ctx, c)
+	serving := in.ctrs[spec.serving]
+	exs := make([]*exitWatch, len(in.ctrs))
+	exited := make(chan int, len(in.ctrs))
+	done := make(chan struct{})
+	defer close(done)
+	for i, c := range in.ctrs {
+		exs[i] = watchExit(ctx, c.c)
+		go func() {
+			select {
+			case <-exs[i].done:
+				exited <- i
+			case <-done:
+			}
+		}()
+	}
 	pctx, pcancel := context.WithCancel(ctx)
 	restart := make(chan string, 1)
 	var pwg sync.WaitGroup
 	dial := in.dialer()
+	sc := spec.servingContainer()
 	pwg.Add(1)
 	go func() {
 		defer pwg.Done()
-		in.readiness(pctx, &prober{probe: spec.container.ReadinessProbe, port: spec.port, h2c: spec.h2c, dial: dial})
+		in.readiness(pctx, &prober{probe: sc.ReadinessProbe, port: spec.port, h2c: spec.h2c, dial: dial})
 	}()
-	if lp := spec.container.LivenessProbe; lp != nil {
+	if lp := sc.LivenessProbe; lp != nil {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
@@ -491,45 +599,59 @@ func (in *instance) supervise(ctx context.Context) (code int, msg string, stoppe
 		in.r.setReady(in, false)
 	}
 
+	var first int
 	select {
-	case <-ex.done:
+	case first = <-exited:
 		stopProbes()
 	case why := <-restart:
 		stopProbes()
 		in.log.Info("liveness probe failed: restarting the container", "err", why)
 		in.platformLog("knbox: liveness probe failed, restarting the container: " + why)
-		in.terminate(ctx, c, ex, spec.timeout)
+		in.terminate(ctx, exs, spec.timeout)
 		if ctx.Err() != nil {
-			return 0, "", true
+			return "", 0, "", true
 		}
 		in.flushOutput()
-		return exitCode(ex.status), "liveness probe failed: " + why, false
+		return serving.name, exitCode(exs[spec.serving].status), "liveness probe failed: " + why, false
 	case <-in.stopCh:
 		stopProbes()
-		in.stopOrderly(ctx, c, ex, spec.timeout)
-		return 0, "", true
+		in.stopOrderly(ctx, exs, spec.timeout)
+		return "", 0, "", true
 	case <-ctx.Done():
 		stopProbes()
-		return 0, "", true
+		return "", 0, "", true
 	}
 	if ctx.Err() != nil {
-		return 0, "", true
+		return "", 0, "", true
+	}
+	c := in.ctrs[first]
+	st := exs[first].status
+	// The others end too: the instance restarts as a whole.
+	if len(in.ctrs) > 1 {
+		in.log.Info("container exited: stopping the instance's other containers", "container", c.name)
+		in.terminate(ctx, exs, spec.timeout)
+		if ctx.Err() != nil {
+			return "", 0, "", true
+		}
 	}
 	in.flushOutput()
-	st := ex.status
-	msg = in.terminationMessage(st)
-	in.log.Info("container exited", "status", st.String(), "ranFor", time.Since(in.lastStarted), "message", msg)
+	msg = in.terminationMessage(c, st)
+	in.log.Info("container exited", "container", c.name, "status", st.String(), "ranFor", time.Since(in.lastStarted), "message", msg)
 	// The developer reads failures where they read their output (the last
 	// lines of which are there already; the termination log is not).
-	line := "knbox: the container exited (" + st.String() + ")"
-	if st.OOMKilled {
-		line = "knbox: the container exited (OOMKilled: over its memory limit)"
+	what := "the container"
+	if len(in.ctrs) > 1 {
+		what = "container " + c.name
 	}
-	if m := in.terminationLog(); m != "" {
+	line := "knbox: " + what + " exited (" + st.String() + ")"
+	if st.OOMKilled {
+		line = "knbox: " + what + " exited (OOMKilled: over its memory limit)"
+	}
+	if m := c.terminationLog(); m != "" {
 		line += ": " + m
 	}
 	in.platformLog(line)
-	return exitCode(st), msg, false
+	return c.name, exitCode(st), msg, false
 }
 
 func exitCode(st runtime.ExitStatus) int { return st.Code }
@@ -543,13 +665,15 @@ func (in *instance) platformLog(line string) {
 }
 
 func (in *instance) flushOutput() {
-	in.stdout.Flush()
-	in.stderr.Flush()
+	for _, c := range in.ctrs {
+		c.stdout.Flush()
+		c.stderr.Flush()
+	}
 }
 
 // terminationLog is what the container wrote to /dev/termination-log.
-func (in *instance) terminationLog() string {
-	f, err := os.Open(filepath.Join(in.dir, "termination-log"))
+func (c *ctr) terminationLog() string {
+	f, err := os.Open(filepath.Join(c.dir, "termination-log"))
 	if err != nil {
 		return ""
 	}
@@ -561,15 +685,15 @@ func (in *instance) terminationLog() string {
 
 // terminationMessage is what the container wrote to its termination log,
 // else (when it failed) the last lines of its output, else its exit status.
-func (in *instance) terminationMessage(st runtime.ExitStatus) string {
-	if m := in.terminationLog(); m != "" {
+func (in *instance) terminationMessage(c *ctr, st runtime.ExitStatus) string {
+	if m := c.terminationLog(); m != "" {
 		return m
 	}
 	if st.OOMKilled {
 		return "OOMKilled: the container used more memory than its limit"
 	}
 	if st.Code != 0 {
-		if t := in.logf.lastLines(); t != "" {
+		if t := c.tail.lastLines(); t != "" {
 			return t
 		}
 	}
@@ -656,8 +780,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // stopOrderly drains the instance (it left the endpoints already; wait for
 // the router's Drained if the router may have requests on it, at most the
 // revision's timeout), then sends SIGTERM and, after the grace period,
-// SIGKILL.
-func (in *instance) stopOrderly(ctx context.Context, c runtime.Container, ex *exitWatch, grace time.Duration) {
+// SIGKILL to every container.
+func (in *instance) stopOrderly(ctx context.Context, exs []*exitWatch, grace time.Duration) {
 	in.r.mu.Lock()
 	exposed := in.exposed
 	in.r.mu.Unlock()
@@ -666,71 +790,113 @@ func (in *instance) stopOrderly(ctx context.Context, c runtime.Container, ex *ex
 		t := time.NewTimer(grace)
 		select {
 		case <-in.drainedCh:
-		case <-ex.done:
+		case <-exs[in.r.spec.serving].done:
 		case <-t.C:
 			in.log.Info("drain timed out", "after", grace)
 		case <-ctx.Done():
 		}
 		t.Stop()
 	}
-	in.terminate(ctx, c, ex, grace)
+	in.terminate(ctx, exs, grace)
 }
 
-// terminate sends SIGTERM, waits the grace period, then SIGKILL.
-func (in *instance) terminate(ctx context.Context, c runtime.Container, ex *exitWatch, grace time.Duration) {
-	select {
-	case <-ex.done:
+// terminate sends SIGTERM to every container that still runs, waits the
+// grace period for all of them to exit, then sends SIGKILL to those that
+// have not. exs are the containers' exit watches, by in.ctrs.
+func (in *instance) terminate(ctx context.Context, exs []*exitWatch, grace time.Duration) {
+	running := func() []int {
+		var idx []int
+		for i, ex := range exs {
+			select {
+			case <-ex.done:
+			default:
+				idx = append(idx, i)
+			}
+		}
+		return idx
+	}
+	// allDone is closed when every container has exited.
+	allDone := make(chan struct{})
+	stopWait := make(chan struct{})
+	defer close(stopWait)
+	go func() {
+		for _, ex := range exs {
+			select {
+			case <-ex.done:
+			case <-stopWait:
+				return
+			}
+		}
+		close(allDone)
+	}()
+	if len(running()) == 0 {
 		return
-	default:
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := c.Kill(kctx, syscall.SIGTERM); err != nil {
-		in.log.Warn("SIGTERM failed", "err", err)
+	for _, i := range running() {
+		if err := in.ctrs[i].c.Kill(kctx, syscall.SIGTERM); err != nil {
+			in.log.Warn("SIGTERM failed", "container", in.ctrs[i].name, "err", err)
+		}
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
-	case <-ex.done:
+	case <-allDone:
 		return
 	case <-t.C:
 		in.log.Info("grace period over: SIGKILL", "grace", grace)
 	case <-ctx.Done():
 	}
-	if err := c.Kill(kctx, syscall.SIGKILL); err != nil {
-		in.log.Warn("SIGKILL failed", "err", err)
+	for _, i := range running() {
+		if err := in.ctrs[i].c.Kill(kctx, syscall.SIGKILL); err != nil {
+			in.log.Warn("SIGKILL failed", "container", in.ctrs[i].name, "err", err)
+		}
 	}
 	t2 := time.NewTimer(killWait)
 	defer t2.Stop()
 	select {
-	case <-ex.done:
+	case <-allDone:
 	case <-t2.C:
 	}
 }
 
-// teardownContainer deletes the current container and unmounts its root
-// filesystem (a restarted container gets a fresh one, as on Kubernetes).
+// teardownContainer deletes the current containers and unmounts their root
+// filesystems (a restarted container gets a fresh one, as on Kubernetes).
 func (in *instance) teardownContainer() {
-	if in.c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		err := in.c.Delete(ctx)
-		cancel()
-		if err != nil {
-			in.log.Warn("delete container", "err", err)
-		} else {
-			in.c = nil
+	for _, c := range in.ctrs {
+		if c.c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			err := c.c.Delete(ctx)
+			cancel()
+			if err != nil {
+				in.log.Warn("delete container", "container", c.name, "err", err)
+			} else {
+				c.c = nil
+			}
 		}
-	}
-	if in.mounted {
-		if err := image.Unmount(in.dir); err != nil {
-			in.log.Warn("unmount root filesystem", "err", err)
-		} else {
-			in.mounted = false
+		if c.mounted {
+			if err := image.Unmount(c.dir); err != nil {
+				in.log.Warn("unmount root filesystem", "container", c.name, "err", err)
+			} else {
+				c.mounted = false
+			}
 		}
 	}
 }
 
-// removeLeftover deletes a container with the instance's id that a failed
+// leftBehind tells whether a container or a root filesystem of the
+// instance could not be removed.
+func (in *instance) leftBehind() bool {
+	for _, c := range in.ctrs {
+		if c.c != nil || c.mounted {
+			return true
+		}
+	}
+	return false
+}
+
+// removeLeftover deletes the containers of the instance that a failed
 // create may have left in the runtime's state (runc keeps a container that
 // failed to start), so that the next create does not find the id taken.
 func (in *instance) removeLeftover(ctx context.Context) {
@@ -742,9 +908,9 @@ func (in *instance) removeLeftover(ctx context.Context) {
 		return
 	}
 	for _, c := range cs {
-		if c.ID() == in.id {
+		if instanceOf(c.ID()) == in.id {
 			if err := c.Delete(ctx); err != nil {
-				in.log.Warn("delete leftover container", "err", err)
+				in.log.Warn("delete leftover container", "container", c.ID(), "err", err)
 			}
 		}
 	}
@@ -759,9 +925,7 @@ func (in *instance) cleanup() {
 		<-in.syslogDone
 		in.syslog = nil
 	}
-	if in.stdout != nil {
-		in.flushOutput()
-	}
+	in.flushOutput()
 	if in.logf != nil {
 		if err := in.logf.Close(); err != nil {
 			in.log.Warn("close log", "err", err)
@@ -784,7 +948,7 @@ func (in *instance) cleanup() {
 			in.r.mu.Unlock()
 		}
 	}
-	if in.c != nil || in.mounted || in.nsOf() != nil {
+	if in.leftBehind() || in.nsOf() != nil {
 		in.log.Warn("instance left state behind; Recover will remove it", "dir", in.dir)
 		return
 	}

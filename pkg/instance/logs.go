@@ -45,8 +45,7 @@ const (
 
 // logFile is one instance's log: records in the CRI log format
 // ("<RFC3339Nano> <stream> <F|P> <message>"), one a line, rotated at
-// logMaxBytes. It also remembers the tail of what the current container
-// wrote, for the termination message. It is safe for concurrent use.
+// logMaxBytes. It is safe for concurrent use.
 type logFile struct {
 	path string
 
@@ -54,7 +53,6 @@ type logFile struct {
 	f    *os.File
 	size int64
 	err  error // the first write error, after which records are dropped
-	tail []byte
 	now  func() time.Time
 }
 
@@ -83,15 +81,6 @@ func (l *logFile) record(stream string, partial bool, msg []byte) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if stream != streamSyslog {
-		l.tail = append(l.tail, msg...)
-		if !partial {
-			l.tail = append(l.tail, '\n')
-		}
-		if len(l.tail) > 2*tailBytes {
-			l.tail = append(l.tail[:0], l.tail[len(l.tail)-tailBytes:]...)
-		}
-	}
 	if l.f == nil || l.err != nil {
 		return
 	}
@@ -136,27 +125,47 @@ func (l *logFile) rotateLocked() {
 	l.f, l.size = f, 0
 }
 
-// resetTail forgets the remembered output (a new container starts).
-func (l *logFile) resetTail() {
-	l.mu.Lock()
-	l.tail = l.tail[:0]
-	l.mu.Unlock()
+// outputTail remembers the end of what one container wrote (stdout and
+// stderr, without tags), for its termination message. It is safe for
+// concurrent use.
+type outputTail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *outputTail) add(partial bool, msg []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, msg...)
+	if !partial {
+		t.buf = append(t.buf, '\n')
+	}
+	if len(t.buf) > 2*tailBytes {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailBytes:]...)
+	}
+}
+
+// reset forgets the remembered output (a new container starts).
+func (t *outputTail) reset() {
+	t.mu.Lock()
+	t.buf = t.buf[:0]
+	t.mu.Unlock()
 }
 
 // lastLines returns the last lines of the remembered output, at most
 // tailLines lines and tailBytes bytes.
-func (l *logFile) lastLines() string {
-	l.mu.Lock()
-	t := string(l.tail)
-	l.mu.Unlock()
-	t = strings.TrimRight(t, "\n")
-	if len(t) > tailBytes {
-		t = t[len(t)-tailBytes:]
-		if i := strings.IndexByte(t, '\n'); i >= 0 && i < len(t)-1 {
-			t = t[i+1:]
+func (t *outputTail) lastLines() string {
+	t.mu.Lock()
+	s := string(t.buf)
+	t.mu.Unlock()
+	s = strings.TrimRight(s, "\n")
+	if len(s) > tailBytes {
+		s = s[len(s)-tailBytes:]
+		if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+			s = s[i+1:]
 		}
 	}
-	lines := strings.Split(t, "\n")
+	lines := strings.Split(s, "\n")
 	if len(lines) > tailLines {
 		lines = lines[len(lines)-tailLines:]
 	}
@@ -176,11 +185,31 @@ func (l *logFile) Close() error {
 
 // lineWriter splits one stream's output into records. It is used by one
 // goroutine at a time (the runtime's copy of that stream); Flush ends a last
-// line without a newline.
+// line without a newline. Each line starts with tag (the container's name
+// in brackets when an instance has several containers; the CRI format has
+// no field for it), and goes to tail (if set) without it.
 type lineWriter struct {
 	l      *logFile
 	stream string
+	tag    string
+	tail   *outputTail
 	buf    []byte
+	cont   bool // the last record was partial: the next one continues its line
+	rec    []byte
+}
+
+// emit writes one record (a line or, partial, a piece of one).
+func (w *lineWriter) emit(partial bool, msg []byte) {
+	if w.tail != nil {
+		w.tail.add(partial, msg)
+	}
+	out := msg
+	if w.tag != "" && !w.cont {
+		w.rec = append(append(w.rec[:0], w.tag...), msg...)
+		out = w.rec
+	}
+	w.l.record(w.stream, partial, out)
+	w.cont = partial
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
@@ -190,7 +219,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			w.buf = append(w.buf, p...)
 			for len(w.buf) >= maxLineBytes {
-				w.l.record(w.stream, true, w.buf[:maxLineBytes])
+				w.emit(true, w.buf[:maxLineBytes])
 				w.buf = append(w.buf[:0], w.buf[maxLineBytes:]...)
 			}
 			break
@@ -201,10 +230,10 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 			line = w.buf
 		}
 		for len(line) > maxLineBytes {
-			w.l.record(w.stream, true, line[:maxLineBytes])
+			w.emit(true, line[:maxLineBytes])
 			line = line[maxLineBytes:]
 		}
-		w.l.record(w.stream, false, bytes.TrimSuffix(line, []byte("\r")))
+		w.emit(false, bytes.TrimSuffix(line, []byte("\r")))
 		w.buf = w.buf[:0]
 		p = p[i+1:]
 	}
@@ -214,7 +243,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // Flush writes a pending line that has no newline yet.
 func (w *lineWriter) Flush() {
 	if len(w.buf) > 0 {
-		w.l.record(w.stream, false, w.buf)
+		w.emit(false, w.buf)
 		w.buf = w.buf[:0]
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -207,19 +208,55 @@ func (s *syncBuffer) String() string {
 
 func TestLastLines(t *testing.T) {
 	l := newTestLog(t, t.TempDir(), "i", &fakeClock{})
-	w := &lineWriter{l: l, stream: streamStderr}
+	tail := &outputTail{}
+	w := &lineWriter{l: l, stream: streamStderr, tail: tail}
 	for i := range 200 {
 		w.Write([]byte(strings.Repeat("z", i%7) + "\n"))
 	}
 	w.Write([]byte("panic: boom\n"))
-	got := l.lastLines()
+	got := tail.lastLines()
 	if lines := strings.Split(got, "\n"); len(lines) > tailLines || len(got) > tailBytes || !strings.HasSuffix(got, "panic: boom") {
 		t.Errorf("lastLines: %d lines, %d bytes, ends %q", len(lines), len(got), got[max(0, len(got)-20):])
 	}
-	l.resetTail()
+	tail.reset()
 	l.record(streamSyslog, false, []byte("not output"))
-	if got := l.lastLines(); got != "" {
+	if got := tail.lastLines(); got != "" {
 		t.Errorf("after reset: %q", got)
+	}
+}
+
+// A tagged writer starts each line, not each partial record, with its tag;
+// the tail keeps the output without it.
+func TestLineWriterTag(t *testing.T) {
+	dir := t.TempDir()
+	l := newTestLog(t, dir, "i", &fakeClock{})
+	tail := &outputTail{}
+	w := &lineWriter{l: l, stream: streamStdout, tag: "[side] ", tail: tail}
+	long := strings.Repeat("x", maxLineBytes+10)
+	w.Write([]byte("one\n"))
+	if got := tail.lastLines(); got != "one" {
+		t.Errorf("tail = %q, want the output without the tag", got)
+	}
+	w.Write([]byte(long + "\ntwo"))
+	w.Flush()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "i.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		rec, ok := parseRecord([]byte(line))
+		if !ok {
+			t.Fatalf("unparsable record %q", line)
+		}
+		msgs = append(msgs, string(rec.msg))
+	}
+	want := []string{"[side] one", "[side] " + long[:maxLineBytes], long[maxLineBytes:], "[side] two"}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("records = %.60q\nwant %.60q", msgs, want)
 	}
 }
 

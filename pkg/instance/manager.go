@@ -178,13 +178,9 @@ func (m *Manager) notify(k key) {
 	}
 }
 
-// Resolve returns the digest reference of the revision's image, using its
-// imagePullSecrets.
-func (m *Manager) Resolve(ctx context.Context, rev *servingv1.Revision) (string, error) {
-	if len(rev.Spec.Containers) == 0 {
-		return "", errors.New("resolve: the revision has no container")
-	}
-	img := rev.Spec.Containers[0].Image
+// Resolve returns the digest reference of one of the revision's images,
+// using its imagePullSecrets.
+func (m *Manager) Resolve(ctx context.Context, rev *servingv1.Revision, img string) (string, error) {
 	kc, err := m.keychain(rev)
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", img, err)
@@ -314,9 +310,11 @@ func (m *Manager) ImagesInUse() []string {
 	seen := map[string]bool{}
 	var refs []string
 	for _, r := range m.revs {
-		if ref := r.spec.ref; ref != "" && !seen[ref] {
-			seen[ref] = true
-			refs = append(refs, ref)
+		for _, ref := range r.spec.refs() {
+			if ref != "" && !seen[ref] {
+				seen[ref] = true
+				refs = append(refs, ref)
+			}
 		}
 	}
 	slices.Sort(refs)

@@ -19,8 +19,8 @@ import (
 )
 
 // Recover removes what an earlier process that was killed left behind in
-// StateDir: the containers of its instances (found through each handler's
-// Recover), their root filesystem mounts, network namespaces and
+// StateDir: the containers of its instances, sidecars included (found
+// through each handler's Recover), their root filesystem mounts, network namespaces and
 // directories. Instances are not adopted: their output can no longer be
 // captured, so the revisions start fresh ones when they are ensured again.
 // Call it once, before the first Ensure.
@@ -73,7 +73,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		for _, c := range cs {
-			if _, ok := left[c.ID()]; !ok {
+			// A sidecar's id names its instance too.
+			if _, ok := left[instanceOf(c.ID())]; !ok {
 				continue
 			}
 			if err := c.Delete(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,7 @@ const (
 	helperH   = "KNBOX_INSTANCE_HELPER_HANDLER"
 	helperRef = "KNBOX_INSTANCE_HELPER_IMAGE"
 	helperRev = "KNBOX_INSTANCE_HELPER_REVISION"
+	helperBB  = "KNBOX_INSTANCE_HELPER_SIDECAR" // the sidecar's image, if any
 )
 
 // managerIn opens a Manager on dir as the helper and the test both do, so
@@ -54,13 +56,12 @@ func TestRecoverHelper(t *testing.T) {
 	}
 	dir, h, ref, name := os.Getenv(helperDir), os.Getenv(helperH), os.Getenv(helperRef), os.Getenv(helperRev)
 	m, _ := managerIn(t, dir, h)
-	rev := newRev(t, "ns1", name, h, ref)
-	rev.Status.ContainerStatuses = nil
-	digest, err := m.Resolve(context.Background(), rev)
-	if err != nil {
-		t.Fatal(err)
+	var mutate []func(*servingv1.Revision)
+	if bb := os.Getenv(helperBB); bb != "" {
+		mutate = append(mutate, withSidecar(bb))
 	}
-	rev.Status.ContainerStatuses = append(rev.Status.ContainerStatuses, servingStatus(digest))
+	rev := newRev(t, "ns1", name, h, ref, mutate...)
+	rev.Status.ContainerStatuses = resolveAll(t, m, rev)
 	m.SetScale("ns1", name, 2)
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -82,8 +83,9 @@ func TestRecoverHelper(t *testing.T) {
 
 // TestRecoverAfterKill starts instances in another process, kills it with
 // SIGKILL (so nothing is cleaned up), and checks that a new Manager's
-// Recover removes every container, mount, namespace and directory it left,
-// and that the revision then runs again.
+// Recover removes every container (sidecars too, under runc and runsc),
+// mount, namespace and directory it left, and that the revision then runs
+// again.
 func TestRecoverAfterKill(t *testing.T) {
 	for _, h := range handlerNames {
 		t.Run(h, func(t *testing.T) {
@@ -91,9 +93,13 @@ func TestRecoverAfterKill(t *testing.T) {
 			ref := runtimeInfoImage(t)
 			dir := t.TempDir()
 			name := uniqueName("recover-" + h)
+			bb, perInstance := "", 1
+			if h != "process" { // which runs one container per instance
+				bb, perInstance = busyboxImage(t), 2
+			}
 
 			cmd := exec.Command(os.Args[0], "-test.run=^TestRecoverHelper$", "-test.v")
-			cmd.Env = append(os.Environ(), helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperRev+"="+name)
+			cmd.Env = append(os.Environ(), helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperRev+"="+name, helperBB+"="+bb)
 			cmd.Stderr = testWriter{t}
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -131,10 +137,16 @@ func TestRecoverAfterKill(t *testing.T) {
 			e := &env{t: t, dir: dir, m: m, handlers: hs}
 			mounts, nss, cs := e.leftovers(name)
 			t.Logf("left by the killed process: %d mounts, %d namespaces, %d containers", mounts, nss, cs)
-			if mounts < 2 || nss != 2 || cs != 2 {
-				t.Errorf("the killed process left %d mounts, %d namespaces, %d containers; want its 2 instances' (the test would prove nothing)", mounts, nss, cs)
+			if mounts < 2*perInstance || nss != 2 || cs != 2*perInstance {
+				t.Errorf("the killed process left %d mounts, %d namespaces, %d containers; want its 2 instances' with %d containers each (the test would prove nothing)", mounts, nss, cs, perInstance)
 			}
-			if n := len(cgroupsOf(ids)); h != "process" && n == 0 {
+			cgIDs := slices.Clone(ids)
+			if bb != "" {
+				for _, id := range ids {
+					cgIDs = append(cgIDs, sidecarID(id, "sidecar"))
+				}
+			}
+			if n := len(cgroupsOf(cgIDs)); h != "process" && n == 0 {
 				t.Errorf("the killed process left no cgroups of its instances (the test would prove nothing)")
 			}
 
@@ -156,7 +168,7 @@ func TestRecoverAfterKill(t *testing.T) {
 					t.Errorf("instance %s still has processes (%v)", id, err)
 				}
 			}
-			if left := cgroupsOf(ids); len(left) != 0 {
+			if left := cgroupsOf(cgIDs); len(left) != 0 {
 				t.Errorf("cgroups after Recover: %v", left)
 			}
 
@@ -208,8 +220,4 @@ func processesOf(id string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-func servingStatus(digest string) servingv1.ContainerStatus {
-	return servingv1.ContainerStatus{ImageDigest: digest}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,14 +41,15 @@ func backoff(failures int) time.Duration {
 
 // Condition reasons this package reports, besides Knative's ExitCode<N>.
 const (
-	ReasonImagePullBackOff         = "ImagePullBackOff"
-	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
-	ReasonRuntimeClassNotFound     = "RuntimeClassNotFound"
-	ReasonRuntimeHandlerNotFound   = "RuntimeHandlerNotFound"
-	ReasonUnsupportedProbe         = "UnsupportedProbe"
-	ReasonCreateContainerConfig    = "CreateContainerConfigError"
-	ReasonRunContainer             = "RunContainerError"
-	ReasonDeploying                = "Deploying"
+	ReasonImagePullBackOff          = "ImagePullBackOff"
+	ReasonProgressDeadlineExceeded  = "ProgressDeadlineExceeded"
+	ReasonRuntimeClassNotFound      = "RuntimeClassNotFound"
+	ReasonRuntimeHandlerNotFound    = "RuntimeHandlerNotFound"
+	ReasonUnsupportedProbe          = "UnsupportedProbe"
+	ReasonCreateContainerConfig     = "CreateContainerConfigError"
+	ReasonRunContainer              = "RunContainerError"
+	ReasonDeploying                 = "Deploying"
+	ReasonMultiContainerUnsupported = "MultiContainerUnsupported"
 )
 
 type failKind int
@@ -70,14 +72,35 @@ type failure struct {
 // runSpec is what a revision's instances run, derived once from the
 // revision.
 type runSpec struct {
-	container   corev1.Container // with the defaults the runtime relies on
+	// containers are the revision's containers in its order; the serving
+	// one (with the port) is containers[serving].
+	containers  []containerSpec
+	serving     int
 	pod         *corev1.PodSecurityContext
 	port        int32
 	h2c         bool
 	handlerName string
 	handler     runtime.Handler
-	ref         string        // what is pulled: the digest reference, else the image
 	timeout     time.Duration // drain wait and termination grace period
+}
+
+// containerSpec is one container of a revision.
+type containerSpec struct {
+	container corev1.Container // with the defaults the runtime relies on
+	ref       string           // what is pulled: the digest reference, else the image
+}
+
+// servingContainer is the container with the port, whose probes decide
+// readiness and liveness.
+func (s *runSpec) servingContainer() *corev1.Container { return &s.containers[s.serving].container }
+
+// refs are the image references of the containers, in their order.
+func (s *runSpec) refs() []string {
+	refs := make([]string, len(s.containers))
+	for i := range s.containers {
+		refs[i] = s.containers[i].ref
+	}
+	return refs
 }
 
 // revision is the Manager's state of one revision. Its loop (run) pulls the
@@ -106,8 +129,8 @@ type revision struct {
 	attempt    time.Time // start of the current attempt to become ready
 	halted     bool      // the progress deadline passed: no instances until Activate
 	fail       *failure
-	img        *image.Image
-	pulls      int // failed pulls in a row
+	imgs       []*image.Image // by container, once all are pulled
+	pulls      int            // failed pulls in a row
 	nextPull   time.Time
 	pullCancel context.CancelFunc
 	instances  map[string]*instance
@@ -141,21 +164,44 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 }
 
 // runSpecFor derives what rev's instances run, or why they never can.
+//
+// The serving container is the one with a port (the only one of a
+// single-container revision), as Knative's GetContainer picks it. Only its
+// probes are used: sidecars' probes matter to Knative only under the
+// multi-container-probing feature (off by default, and Knative's
+// validation then allows none), so they are ignored here.
 func (m *Manager) runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
-	s := runSpec{container: *rev.Spec.Containers[0].DeepCopy(), pod: rev.Spec.SecurityContext, port: 8080, timeout: defaultTimeout}
-	c := &s.container
+	s := runSpec{pod: rev.Spec.SecurityContext, port: 8080, timeout: defaultTimeout}
+	for i := range rev.Spec.Containers {
+		cs := containerSpec{container: *rev.Spec.Containers[i].DeepCopy()}
+		cs.ref = cs.container.Image
+		// Knative pairs statuses and containers by index (BuildUserContainers).
+		if sts := rev.Status.ContainerStatuses; i < len(sts) && sts[i].ImageDigest != "" {
+			cs.ref = sts[i].ImageDigest
+		}
+		if len(cs.container.Ports) > 0 && len(rev.Spec.Containers) > 1 {
+			s.serving = i
+		}
+		s.containers = append(s.containers, cs)
+	}
+	if rev.Spec.TimeoutSeconds != nil && *rev.Spec.TimeoutSeconds > 0 {
+		s.timeout = time.Duration(*rev.Spec.TimeoutSeconds) * time.Second
+	}
+	if len(s.containers) == 0 {
+		return s, &failure{kind: failStatic, reason: ReasonCreateContainerConfig, message: "the revision has no container"}
+	}
+	c := s.servingContainer()
 	if len(c.Ports) > 0 {
 		if c.Ports[0].ContainerPort > 0 {
 			s.port = c.Ports[0].ContainerPort
 		}
 		s.h2c = c.Ports[0].Name == "h2c"
 	}
-	if rev.Spec.TimeoutSeconds != nil && *rev.Spec.TimeoutSeconds > 0 {
-		s.timeout = time.Duration(*rev.Spec.TimeoutSeconds) * time.Second
-	}
-	s.ref = c.Image
-	if len(rev.Status.ContainerStatuses) > 0 && rev.Status.ContainerStatuses[0].ImageDigest != "" {
-		s.ref = rev.Status.ContainerStatuses[0].ImageDigest
+	for i := range s.containers {
+		if i != s.serving {
+			sc := &s.containers[i].container
+			sc.ReadinessProbe, sc.LivenessProbe, sc.StartupProbe = nil, nil, nil
+		}
 	}
 	// Knative's default: a TCP probe of the port.
 	if c.ReadinessProbe == nil {
@@ -204,6 +250,12 @@ func (m *Manager) runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
 			msg = fmt.Sprintf("RuntimeClass %q names runtime handler %q, which is not available on this host (available: %v)", class, s.handlerName, names)
 		}
 		return s, &failure{kind: failStatic, resources: true, reason: ReasonRuntimeHandlerNotFound, message: msg}
+	}
+	if len(s.containers) > 1 {
+		if mc, ok := s.handler.(runtime.MultiContainer); !ok || !mc.MultiContainer() {
+			return s, &failure{kind: failStatic, resources: true, reason: ReasonMultiContainerUnsupported,
+				message: fmt.Sprintf("runtime handler %q runs one container per instance; this revision has %d (use an OCI runtime such as runc or runsc)", s.handlerName, len(s.containers))}
+		}
 	}
 	return s, nil
 }
@@ -269,8 +321,8 @@ func (r *revision) stateLocked() controller.RevisionState {
 	default:
 		st.Reason = ReasonDeploying
 		st.Message = "waiting for the first instance to become ready"
-		if r.img == nil {
-			st.Message = "pulling image " + r.spec.ref
+		if r.imgs == nil {
+			st.Message = "pulling image " + strings.Join(r.spec.refs(), ", ")
 		}
 	}
 	return st
@@ -374,16 +426,16 @@ func (r *revision) reconcile() time.Duration {
 			next = left
 		}
 	}
-	if want > 0 && r.img == nil {
+	if want > 0 && r.imgs == nil {
 		if wait := r.nextPull.Sub(now); wait > 0 {
 			return minPositive(next, wait)
 		}
-		ref := r.spec.ref
+		refs := r.spec.refs()
 		kcRev := r.rev
 		ctx, cancel := context.WithCancel(r.ctx)
 		r.pullCancel = cancel
 		r.mu.Unlock()
-		img, err := r.pull(ctx, ref, kcRev)
+		imgs, ref, err := r.pullAll(ctx, refs, kcRev)
 		r.mu.Lock()
 		cancel()
 		r.pullCancel = nil
@@ -399,7 +451,7 @@ func (r *revision) reconcile() time.Duration {
 			changed = true
 			return minPositive(next, d)
 		}
-		r.img, r.pulls = img, 0
+		r.imgs, r.pulls = imgs, 0
 		if r.fail != nil && r.fail.kind == failPull {
 			r.fail = nil
 		}
@@ -452,7 +504,21 @@ func minPositive(a, b time.Duration) time.Duration {
 	return min(a, b)
 }
 
-// pull fetches the revision's image.
+// pullAll fetches the images of the revision's containers; on failure it
+// returns the reference that failed.
+func (r *revision) pullAll(ctx context.Context, refs []string, rev *servingv1.Revision) ([]*image.Image, string, error) {
+	imgs := make([]*image.Image, len(refs))
+	for i, ref := range refs {
+		img, err := r.pull(ctx, ref, rev)
+		if err != nil {
+			return nil, ref, err
+		}
+		imgs[i] = img
+	}
+	return imgs, "", nil
+}
+
+// pull fetches one of the revision's images.
 func (r *revision) pull(ctx context.Context, ref string, rev *servingv1.Revision) (*image.Image, error) {
 	kc, err := r.m.keychain(rev)
 	if err != nil {
@@ -533,7 +599,14 @@ func (r *revision) startFailed(in *instance, err error) {
 // The failure is reported while no instance of the revision is ready (as
 // Knative reports a pod's last termination while no replica is available),
 // also after the revision was once ready; the next ready instance clears it.
-func (r *revision) exited(in *instance, code int, message string) {
+//
+// In a revision with several containers the message names the container
+// that exited ("container sidecar: ..."): the whole instance is restarted
+// for it, so the developer needs to know which one it was.
+func (r *revision) exited(in *instance, container string, code int, message string) {
+	if len(r.spec.containers) > 1 {
+		message = "container " + container + ": " + message
+	}
 	r.mu.Lock()
 	r.fail = &failure{kind: failCrash, reason: servingv1.ExitCodeReason(int32(code)), message: servingv1.RevisionContainerExitingMessage(message)}
 	r.mu.Unlock()

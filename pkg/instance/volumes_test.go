@@ -150,8 +150,10 @@ func TestVolumesFollowTheirSources(t *testing.T) {
 				t.Fatalf("creds/password = %q, want one", before)
 			}
 			setSecret(map[string]string{"password": "second-value", "token": "t"})
+			// One sync pass writes the volumes one after the other: wait
+			// for the last one too.
 			eventually(t, 30*time.Second, "the container to see the new secret", func() bool {
-				return seen()["/etc/creds/token"]
+				return seen()["/etc/creds/token"] && readThrough(t, e, name, "proj", "pw/password") == "second-value"
 			})
 			if got := readThrough(t, e, name, "creds", "password"); got != "second-value" {
 				t.Errorf("creds/password = %q after the update, want second-value", got)

@@ -157,4 +157,6 @@
 // labels, rlimits, umask, masked and read-only paths, sysctls, devices, hooks
 // and hostname. A uid 0 process keeps every capability of the daemon and can
 // leave the chroot. Use it only for trusted code on machines without runc.
+// Without the spec's mounts, containers could not share volumes, so it does
+// not implement MultiContainer: it runs one container per instance.
 package runtime

@@ -94,6 +94,11 @@ func NewOCI(cfg OCIConfig) (Handler, error) {
 
 func (h *ociHandler) Name() string { return h.name }
 
+// MultiContainer is true: every container of an instance is a container
+// of its own (runsc: a sandbox of its own) that joins the instance's
+// network namespace and bind-mounts its volumes, as the bundles say.
+func (h *ociHandler) MultiContainer() bool { return true }
+
 func (h *ociHandler) argv(sub ...string) []string {
 	a := make([]string, 0, 2+len(h.args)+len(sub))
 	a = append(a, "--root", h.root)

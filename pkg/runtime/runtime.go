@@ -86,6 +86,14 @@ type Handler interface {
 	Recover(ctx context.Context) ([]Container, error)
 }
 
+// MultiContainer is implemented by handlers that can run several containers
+// of one instance side by side, each from its own bundle, sharing the
+// network namespace and the mounts the bundles name (a Knative Revision
+// with sidecars). A handler without it runs one container per instance.
+type MultiContainer interface {
+	MultiContainer() bool
+}
+
 // validID is what runc accepts as a container id, starting with a letter or
 // digit so that it never reads as a flag or a hidden file.
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]{0,253}$`)

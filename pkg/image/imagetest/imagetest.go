@@ -44,7 +44,7 @@ const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 const NobodyUID = 65532
 
 // BusyboxApplets are the applets linked to /bin/busybox in PushBusyboxImage.
-var BusyboxApplets = []string{"sh", "sleep", "echo", "cat", "id", "ls", "env", "dd", "head", "yes"}
+var BusyboxApplets = []string{"sh", "sleep", "echo", "cat", "id", "ls", "env", "dd", "head", "yes", "nc"}
 
 // modTime is the time of every file in built layers, so digests are stable.
 var modTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
