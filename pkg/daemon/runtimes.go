@@ -60,6 +60,9 @@ func probeHandlers(ctx context.Context, hs map[string]runtime.Handler, scratch s
 			log.Info("removed probe containers of an earlier run", "handler", name, "containers", n)
 		}
 	})
+	if n := runtime.RemoveStaleProbeCgroups("/sys/fs/cgroup", runtime.ProbeCgroupMaxAge); n > 0 {
+		log.Info("removed probe cgroups left by earlier runs", "cgroups", n)
+	}
 	if err := os.RemoveAll(scratch); err != nil {
 		log.Warn("runtime probe: clearing the scratch directory", "err", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -89,6 +90,52 @@ func RemoveProbeLeftovers(ctx context.Context, h Handler) (int, error) {
 	return n, errors.Join(errs...)
 }
 
+// ProbeCgroupMaxAge is how old an empty probe cgroup must be before
+// RemoveStaleProbeCgroups takes it for a leftover: far longer than a probe
+// runs, so that another knbox's probe in progress is never touched.
+const ProbeCgroupMaxAge = 10 * time.Minute
+
+// RemoveStaleProbeCgroups removes the probe cgroups (named ProbePrefix...,
+// under each hierarchy in root, /sys/fs/cgroup, or its knbox/) that are empty and
+// older than maxAge, and returns how many it removed. The runtimes make
+// them for probes and remove them with the container; a knbox killed while
+// probing, whose data dir (and with it the runtime's state) is then
+// deleted, leaves them with nothing that could find them otherwise. A cgroup still in use is not empty, and
+// rmdir refuses it.
+func RemoveStaleProbeCgroups(root string, maxAge time.Duration) int {
+	hierarchies, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, hier := range hierarchies {
+		if !hier.IsDir() {
+			continue
+		}
+		// Probes had no cgroupsPath (the runtime used the id at the
+		// hierarchy's top) before they had /knbox/<id>.
+		for _, dir := range []string{filepath.Join(root, hier.Name()), filepath.Join(root, hier.Name(), "knbox")} {
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				if !e.IsDir() || !strings.HasPrefix(e.Name(), ProbePrefix) {
+					continue
+				}
+				fi, err := e.Info()
+				if err != nil || time.Since(fi.ModTime()) < maxAge {
+					continue
+				}
+				if os.Remove(filepath.Join(dir, e.Name())) == nil {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // checker is implemented by handlers that can tell whether they work without
 // running a container.
 type checker interface {
@@ -157,6 +204,9 @@ func makeProbeBundle(bundle string) error {
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		},
 		Linux: &specs.Linux{
+			// Where instances' cgroups are, so that what a probe killed
+			// half-way leaves is found as theirs is (Create's failure path).
+			CgroupsPath: "/knbox/" + filepath.Base(bundle),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace},

@@ -418,3 +418,28 @@ func writeFileAtomic(file string, b []byte, perm os.FileMode) error {
 	}
 	return os.Rename(tmp.Name(), file)
 }
+
+// removeEmptyCgroups removes the cgroup at the absolute cgroupsPath from
+// every hierarchy under cgroupMountPoint (and from a cgroup2 mounted there
+// itself), where it exists and is empty. It waits a little for processes
+// that are still exiting (rmdir says EBUSY until the cgroup is empty).
+// Relative and systemd paths are left alone: they are not knbox's.
+func removeEmptyCgroups(cgroupsPath string) {
+	if !path.IsAbs(cgroupsPath) || strings.Contains(cgroupsPath, ":") || path.Clean(cgroupsPath) == "/" {
+		return
+	}
+	dirs := []string{filepath.Join(cgroupMountPoint, cgroupsPath)}
+	if ents, err := os.ReadDir(cgroupMountPoint); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(cgroupMountPoint, e.Name(), cgroupsPath))
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second) // for all of them: a cgroup in use stays busy
+	for _, d := range dirs {
+		for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

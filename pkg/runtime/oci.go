@@ -245,6 +245,11 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 			_, _ = h.run(dctx, id, "delete", "--force", id)
 		}
 		undo()
+		if spec.Linux != nil {
+			// A runtime killed while it set up (runsc) leaves the cgroups
+			// it made, empty, and no state that delete could find.
+			removeEmptyCgroups(spec.Linux.CgroupsPath)
+		}
 		return fail(err)
 	}
 

@@ -524,3 +524,46 @@ func TestCreateCanceled(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateInterruptedLeavesNoCgroup: a Create whose context ends while
+// the runtime sets the container up (runsc is killed half-way) leaves no
+// cgroup at the spec's cgroupsPath; one that finishes first is deleted as
+// usual. The deadlines only pick where the interruption falls.
+func TestCreateInterruptedLeavesNoCgroup(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no cgroup v1 memory hierarchy, and CI is set (CI machines are cgroup v1)")
+		}
+		t.Skip("cgroup v1 memory hierarchy not mounted")
+	}
+	for _, f := range handlerFactories {
+		if f.name == "process" {
+			continue // makes no cgroups
+		}
+		t.Run(f.name, func(t *testing.T) {
+			requireRuntime(t, f.name)
+			h := f.open(t, t.TempDir())
+			for i, d := range []time.Duration{5, 20, 50, 100, 200} {
+				id := fmt.Sprintf("interrupted-%s-%d-%d", f.name, os.Getpid(), i)
+				b := newBundle(t, []string{"sleep", "60"}, func(s *specs.Spec) { s.Linux.CgroupsPath = "/knbox/" + id })
+				ctx, cancel := context.WithTimeout(context.Background(), d*time.Millisecond)
+				c, createErr := h.Create(ctx, id, b, IO{})
+				cancel()
+				if createErr == nil {
+					dctx := testContext(t, time.Minute)
+					_ = c.Kill(dctx, syscall.SIGKILL)
+					if err := c.Delete(dctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, hier := range []string{"memory", "pids", "cpu"} {
+					p := filepath.Join("/sys/fs/cgroup", hier, "knbox", id)
+					if _, err := os.Stat(p); err == nil {
+						t.Errorf("after Create within %v (%v): %s left", d*time.Millisecond, createErr, p)
+						os.Remove(p)
+					}
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestFromCode(t *testing.T) {
@@ -127,5 +128,43 @@ func TestUnderMount(t *testing.T) {
 		if got := underMount(tc.mnt, tc.root, tc.path); got != tc.want {
 			t.Errorf("underMount(%q, %q, %q) = %q, want %q", tc.mnt, tc.root, tc.path, got, tc.want)
 		}
+	}
+}
+
+func TestRemoveStaleProbeCgroups(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	mk := func(p string, mtime time.Time) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(root, p), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("memory/"+ProbePrefix+"old", old)
+	mk("cpu/"+ProbePrefix+"old", old)
+	mk("memory/"+ProbePrefix+"new", time.Now()) // a probe in progress
+	mk("memory/"+ProbePrefix+"busy/child", old) // not empty: in use
+	mk("memory/other", old)                     // not a probe's
+	mk("memory/knbox/"+ProbePrefix+"old", old)  // where probes' cgroups are now
+	mk("memory/a/b/"+ProbePrefix+"deeper", old) // not a probe's place
+	os.Chtimes(filepath.Join(root, "memory", ProbePrefix+"busy"), old, old)
+	if n := RemoveStaleProbeCgroups(root, ProbeCgroupMaxAge); n != 3 {
+		t.Errorf("removed %d, want 3 (the old empty ones)", n)
+	}
+	for _, p := range []string{"memory/" + ProbePrefix + "new", "memory/" + ProbePrefix + "busy", "memory/other", "memory/a/b/" + ProbePrefix + "deeper"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+	for _, p := range []string{"memory/" + ProbePrefix + "old", "cpu/" + ProbePrefix + "old", "memory/knbox/" + ProbePrefix + "old"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			t.Errorf("%s still there", p)
+		}
+	}
+	if n := RemoveStaleProbeCgroups(filepath.Join(root, "missing"), 0); n != 0 {
+		t.Errorf("a missing root: %d", n)
 	}
 }
