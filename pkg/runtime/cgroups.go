@@ -436,10 +436,10 @@ func removeEmptyCgroups(cgroupsPath string) {
 			}
 		}
 	}
-	deadline := time.Now().Add(time.Second) // for all of them: a cgroup in use stays busy
+	// One second for all of them: a cgroup in use stays busy.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
 	for _, d := range dirs {
-		for unix.Rmdir(d) == unix.EBUSY && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		_ = removeCgroupDir(ctx, d) // what is missing or in use stays as it is
 	}
 }
