@@ -11,6 +11,9 @@ DEPS=(
 	runc:runc
 	# gVisor, the sandboxed runtime of the runsc RuntimeClass.
 	runsc:runsc
+	# crun: the runtime tests check that knbox names crun when it refuses this
+	# host's hybrid cgroups (pkg/runtime TestAvailable/crun).
+	crun:crun
 	# Tests build container root filesystems from a static busybox; Debian's
 	# plain busybox package is dynamically linked, so have_busybox checks.
 	busybox:busybox-static

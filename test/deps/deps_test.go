@@ -26,10 +26,25 @@ var forbidden = map[string][]string{
 	"pkg/autoscaler": {"pkg/apiserver", "pkg/store", "pkg/router", "pkg/runtime", "pkg/daemon"},
 	"pkg/routing":    {"pkg/"},
 	"pkg/oci":        {"pkg/"},
+	"pkg/quota":      {"pkg/"},
 	"pkg/network":    {"pkg/"},
-	"pkg/instance":   {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
-	"pkg/controller": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/runtime", "pkg/image"},
+	"pkg/disk":       {"pkg/"},
+	"pkg/logs":       {"pkg/"},
+	"pkg/pod":        {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/router", "pkg/autoscaler", "pkg/replicas", "pkg/routing"},
+	"pkg/replicas":   {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/router", "pkg/autoscaler", "pkg/routing"},
+	"pkg/controller": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/runtime", "pkg/image", "pkg/pod", "pkg/replicas", "pkg/autoscaler"},
 	"pkg/router":     {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
+	// Authorization and tokens are leaves the API server feeds.
+	"pkg/authz":          {"pkg/"},
+	"pkg/serviceaccount": {"pkg/"},
+}
+
+// forbiddenOutside maps a package to modules outside knbox it must not
+// depend on (even indirectly): the pod runtime runs a resolved spec and
+// knows neither Knative nor the API's clients.
+var forbiddenOutside = map[string][]string{
+	"pkg/pod":  {"knative.dev/", "k8s.io/client-go/"},
+	"pkg/logs": {"knative.dev/", "k8s.io/"},
 }
 
 func TestDependencyDirection(t *testing.T) {
@@ -46,13 +61,26 @@ func TestDependencyDirection(t *testing.T) {
 			if !strings.HasPrefix(dep, mod) || strings.HasPrefix(dep, self) {
 				continue
 			}
-			// pkg/version is a leaf everyone may use.
-			if dep == mod+"pkg/version" {
+			// pkg/version and pkg/disk are leaves everyone may use.
+			if dep == mod+"pkg/version" || dep == mod+"pkg/disk" {
 				continue
 			}
 			for _, ban := range bans {
 				if strings.HasPrefix(dep, mod+ban) {
 					t.Errorf("%s depends on %s (forbidden: %s)", pkg, strings.TrimPrefix(dep, mod), ban)
+				}
+			}
+		}
+	}
+	for pkg, bans := range forbiddenOutside {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./../../"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, ban := range bans {
+				if strings.HasPrefix(dep, ban) {
+					t.Errorf("%s depends on %s (forbidden: %s)", pkg, dep, ban)
 				}
 			}
 		}
