@@ -2,8 +2,16 @@
 // as a Kubernetes cluster with Knative's webhooks does: Knative's kinds go
 // through Knative's own SetDefaults and Validate (knative.dev/serving), with
 // a context carrying knbox's configuration and the requesting user; the core
-// kinds knbox serves (Namespace, Secret, ConfigMap, RuntimeClass) get the
+// kinds knbox serves (Namespace, Secret, ConfigMap, RuntimeClass,
+// ResourceQuota, LimitRange, ServiceAccount) and the RBAC kinds get the
 // checks Kubernetes applies to them.
+//
+// Then the namespace policies an operator sets, as a cluster's admission
+// plugins apply them: ResourceQuota (object counts; instances' resources
+// through package quota's Ledger), LimitRange, Pod Security admission
+// (k8s.io/pod-security-admission) and RuntimeClass access. They refuse with
+// Kubernetes' status codes and messages (403 Forbidden for policy, 422 for
+// a field).
 //
 // It works on storage-version objects only and must not import the API
 // server, the store or any data-plane package.
@@ -12,6 +20,8 @@ package admission
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,10 +29,15 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	psadmission "k8s.io/pod-security-admission/admission"
+	psaapi "k8s.io/pod-security-admission/admission/api"
 	"knative.dev/pkg/apis"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/quota"
 )
 
 // Operation is what the request does to the object.
@@ -48,6 +63,9 @@ type Request struct {
 	Object runtime.Object // storage version; defaulting mutates it
 	Old    runtime.Object // the stored object on update, nil on create
 	User   User
+	// Resource names the object's resource ("services.serving.knative.dev"),
+	// for object count quotas; empty: not counted.
+	Resource schema.GroupResource
 	// Path rewrites a storage-version field path into the terms of the
 	// version the client wrote (nil: unchanged).
 	Path func(string) string
@@ -61,18 +79,69 @@ type Admitter struct {
 	// RuntimeClassExists reports whether a RuntimeClass exists; a revision
 	// template that names a missing one is refused (the RuntimeClass KEP).
 	RuntimeClassExists func(ctx context.Context, name string) (bool, error)
+	// ServiceAccountExists reports whether a ServiceAccount exists; a
+	// revision template whose serviceAccountName names a missing one is
+	// refused.
+	ServiceAccountExists func(ctx context.Context, namespace, name string) (bool, error)
+
+	// Objects reads what the namespace policies need; nil turns them off
+	// (tests of Knative's admission alone).
+	Objects Objects
+	// Ledger checks instances against quotas; nil: a Ledger over Objects.
+	// The runtime reserves through the same Ledger.
+	Ledger *quota.Ledger
+	// PodSecurity is Pod Security admission's server-wide configuration:
+	// the levels of namespaces without pod-security.kubernetes.io labels
+	// and the exemptions; nil: Kubernetes' defaults (privileged).
+	PodSecurity *psaapi.PodSecurityConfiguration
+	// RuntimeClasses is the server-wide RuntimeClass access policy.
+	RuntimeClasses RuntimeClassPolicy
+	// InstanceDefaults fills, in pod spec terms, what knbox's runtime
+	// applies to every container whatever the spec says (e.g.
+	// allowPrivilegeEscalation false), so Pod Security judges what runs;
+	// nil: nothing.
+	InstanceDefaults func(*corev1.PodSpec)
+	// Logger receives Pod Security audit violations; nil: not logged.
+	Logger *slog.Logger
+
+	ledgerOnce sync.Once
+	psaOnce    sync.Once
+	psa        *psadmission.Admission
+	psaErr     error
+	nsMu       sync.Mutex
+	nsLocks    map[string]*nsLock
 }
 
-// Admit defaults (except on status updates) and validates req.Object. It
-// returns warnings for the client, field errors when the object is
-// invalid, and err only when admission itself failed.
+// Admit defaults (except on status updates) and validates req.Object, then
+// applies the namespace policies. It returns warnings for the client, field
+// errors when the object is invalid, and err when a policy refuses the
+// write (an API status error, 403 Forbidden), admission itself failed, or,
+// for Knative's kinds, the refusal itself: a 422 status carrying the field
+// errors and Knative's own message.
 func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs field.ErrorList, err error) {
+	warns, errs, err = a.admit(ctx, req)
+	if err != nil || len(errs) > 0 || req.Op == UpdateStatus {
+		return warns, errs, err
+	}
+	rewrite := req.Path
+	if rewrite == nil {
+		rewrite = func(s string) string { return s }
+	}
+	meta := req.Object.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta)
+	w, errs, err := a.admitPolicies(ctx, req, meta, rewrite)
+	return append(warns, w...), errs, err
+}
+
+func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs field.ErrorList, err error) {
 	rewrite := req.Path
 	if rewrite == nil {
 		rewrite = func(s string) string { return s }
 	}
 	meta := req.Object.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta)
 
+	if errs, ok := admitAuth(req); ok {
+		return nil, errs, nil
+	}
 	switch obj := req.Object.(type) {
 	case *corev1.Namespace:
 		if req.Op == Create {
@@ -80,7 +149,10 @@ func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs
 		}
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, false, apivalidation.ValidateNamespaceName, field.NewPath("metadata"))...)
 		errs = append(errs, validateNamespace(obj)...)
-		return nil, errs, nil
+		if len(errs) > 0 || req.Op == UpdateStatus || a.Objects == nil {
+			return nil, errs, nil
+		}
+		return a.admitNamespacePolicies(ctx, req, obj)
 	case *corev1.Secret:
 		if req.Op != UpdateStatus {
 			defaultSecret(obj)
@@ -91,6 +163,17 @@ func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs
 	case *corev1.ConfigMap:
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
 		errs = append(errs, validateConfigMap(obj, asConfigMap(req.Old))...)
+		return nil, errs, nil
+	case *corev1.ResourceQuota:
+		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
+		errs = append(errs, quota.ValidateResourceQuota(obj)...)
+		return nil, errs, nil
+	case *corev1.LimitRange:
+		if req.Op != UpdateStatus {
+			quota.DefaultLimitRange(obj)
+		}
+		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
+		errs = append(errs, quota.ValidateLimitRange(obj)...)
 		return nil, errs, nil
 	case *nodev1.RuntimeClass:
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
@@ -116,6 +199,9 @@ func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs
 	}
 	if req.Op != UpdateStatus {
 		kn.SetDefaults(ctx)
+		if err := a.defaultRuntimeClass(ctx, req.Op, req.Object, meta.Namespace); err != nil {
+			return nil, nil, err
+		}
 	}
 	fe := kn.Validate(ctx)
 	if req.Op != UpdateStatus {
@@ -123,9 +209,14 @@ func (a *Admitter) Admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(checkProbes(req.Object))
+		sa, err := a.checkServiceAccount(ctx, req.Object)
+		if err != nil {
+			return nil, nil, err
+		}
+		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa)
 	}
-	return Warnings(fe), append(errs, FieldErrors(fe, rewrite)...), nil
+	knErrs := FieldErrors(fe, rewrite)
+	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
 }
 
 type knativeObject interface {

@@ -33,7 +33,7 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 		{"wrong apiVersion", "POST", svcPath, "application/json", strings.Replace(valid, "serving.knative.dev/v1", "apps/v1", 1), 400, "does not match the expected API version"},
 		{"unknown field", "POST", svcPath, "application/json", strings.Replace(valid, `"spec":{`, `"spec":{"bogus":1,`, 1), 400, `unknown field "spec.bogus"`},
 		{"two containers with ports", "POST", svcPath, "application/json", strings.Replace(valid, `[{"image":"img"}]`, `[{"name":"a","image":"img","ports":[{"containerPort":8080}]},{"name":"b","image":"img","ports":[{"containerPort":9090}]}]`, 1), 422, "more than one container port is set"},
-		{"two containers without a port", "POST", svcPath, "application/json", strings.Replace(valid, `[{"image":"img"}]`, `[{"name":"a","image":"img"},{"name":"b","image":"img"}]`, 1), 422, "spec.template.spec.containers[*].ports: Required value"},
+		{"two containers without a port", "POST", svcPath, "application/json", strings.Replace(valid, `[{"image":"img"}]`, `[{"name":"a","image":"img"},{"name":"b","image":"img"}]`, 1), 422, "validation failed: missing field(s): spec.template.spec.containers[*].ports"},
 		{"invalid name", "POST", svcPath, "application/json", strings.Replace(valid, `"ok"`, `"Not_OK"`, 1), 422, "metadata.name"},
 		{"other namespace in body", "POST", svcPath, "application/json", strings.Replace(valid, `"name":"ok"`, `"name":"ok","namespace":"other"`, 1), 400, "does not match the namespace"},
 		{"huge body", "POST", svcPath, "application/json", huge, 413, "limit is"},

@@ -119,6 +119,7 @@ const (
 	formatMergePatch
 	formatJSONPatch
 	formatStrategicPatch
+	formatProtobuf
 )
 
 // requestFormat reads the Content-Type of a write.
@@ -151,12 +152,17 @@ func requestFormat(r *http.Request, patch bool) (bodyFormat, error) {
 		return formatJSON, nil
 	case "application/yaml", "text/yaml", "application/x-yaml":
 		return formatYAML, nil
+	case protobufContentType:
+		return formatProtobuf, nil
 	}
 	return 0, errUnsupportedMediaType(ct)
 }
 
 // toJSON normalises a request body to JSON.
 func toJSON(body []byte, f bodyFormat) ([]byte, error) {
+	if f == formatProtobuf {
+		return protobufToJSON(body)
+	}
 	if f != formatYAML {
 		return body, nil
 	}

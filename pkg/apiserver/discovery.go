@@ -79,7 +79,7 @@ func (s *Server) serveResourceList(w http.ResponseWriter, _ *http.Request, group
 		}
 		l.APIResources = append(l.APIResources, metav1.APIResource{
 			Name: k.Resource, SingularName: k.Singular, Namespaced: k.Namespaced, Kind: k.Kind,
-			Verbs: verbs, ShortNames: k.ShortNames, Categories: k.Categories,
+			Verbs: kindVerbs(k), ShortNames: k.ShortNames, Categories: k.Categories,
 			StorageVersionHash: storageVersionHash(k),
 		})
 		if k.HasStatus {
@@ -87,6 +87,7 @@ func (s *Server) serveResourceList(w http.ResponseWriter, _ *http.Request, group
 				Name: k.Resource + "/status", Namespaced: k.Namespaced, Kind: k.Kind, Verbs: metav1.Verbs{"get", "patch", "update"},
 			})
 		}
+		l.APIResources = append(l.APIResources, authSubresources(k)...)
 		if k.Kind == "Revision" && k.Group == "serving.knative.dev" && s.opts.Logs != nil {
 			l.APIResources = append(l.APIResources, metav1.APIResource{
 				Name: k.Resource + "/log", Namespaced: true, Kind: k.Kind, Verbs: metav1.Verbs{"get"},
@@ -152,6 +153,9 @@ func (s *Server) buildOpenAPI() {
 	names, versions := s.kinds.groups()
 	sort.Strings(names)
 	for _, k := range s.kinds.All() {
+		if k.Virtual {
+			continue // only created
+		}
 		for _, v := range k.Versions() {
 			prefix := "apis/" + k.Group + "/" + v
 			if k.Group == "" {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"io"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -43,9 +44,14 @@ func newEnv(t *testing.T) *env {
 
 func startEnv(t *testing.T, dir string, opts store.Options) *env {
 	t.Helper()
-	api := apiservertest.StartWith(t, apiservertest.Options{Dir: dir, Store: opts, User: "alice@example.com"})
+	return startEnvFrom(t, apiservertest.StartWith(t, apiservertest.Options{Dir: dir, Store: opts, User: "alice@example.com"}))
+}
+
+// startEnvFrom makes the clients of a server already started.
+func startEnvFrom(t *testing.T, api *apiservertest.Env) *env {
+	t.Helper()
 	cfg := api.Config
-	e := &env{t: t, url: api.URL, cfg: cfg, store: api.Store, dir: dir}
+	e := &env{t: t, url: api.URL, cfg: cfg, store: api.Store, dir: filepath.Dir(api.Kubeconfig)}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(api.CAPEM)
 	e.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -94,4 +98,130 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzTenantRequest sends arbitrary requests (method, path, query, body) as
+// a tenant who may edit namespace "mine" only. Whatever the request, the
+// tenant never reads what namespace "theirs" holds (a secret marked
+// TOPSECRET, a Service named topsecret), never changes anything outside
+// "mine", and never gets a 500.
+func FuzzTenantRequest(f *testing.F) {
+	for _, s := range []struct{ m, p, q, b string }{
+		{"GET", "/api/v1/namespaces/theirs/secrets", "", ""},
+		{"GET", "/api/v1/namespaces/mine/secrets", "watch=1", ""},
+		{"GET", "/api/v1/watch/secrets", "", ""},
+		{"GET", "/apis/serving.knative.dev/v1/namespaces/mine/services", "fieldSelector=metadata.namespace%3Dtheirs", ""},
+		{"DELETE", "/api/v1/namespaces/mine/secrets", "labelSelector=a", ""},
+		{"POST", "/api/v1/namespaces/mine/serviceaccounts/default/token", "", `{"spec":{}}`},
+		{"POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/mine/rolebindings", "", `{"metadata":{"name":"x"},"roleRef":{"kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"User","name":"alice"}]}`},
+		{"PATCH", "/api/v1/namespaces/theirs", "", `{"metadata":{"labels":{"a":"b"}}}`},
+		{"GET", "/apis/serving.knative.dev/v1/namespaces/theirs/revisions/r/log", "", ""},
+		{"GET", "/api/v1/namespaces//secrets", "", ""},
+		{"POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", "", `{"spec":{"namespace":"theirs"}}`},
+	} {
+		f.Add(s.m, s.p, s.q, []byte(s.b))
+	}
+	dir := f.TempDir()
+	st, err := store.Open(filepath.Join(dir, "fuzz.db"), store.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := apiserver.New(apiserver.Options{Store: st, Kinds: apiserver.DefaultKinds(apiserver.SeedVersions()),
+		Admitter: &admission.Admitter{Serving: servingConfig(f)},
+		Authenticate: func(h string) (admission.User, bool) {
+			switch h {
+			case "Bearer admin":
+				return admission.User{Name: "admin", Groups: []string{"system:masters"}}, true
+			case "Bearer alice":
+				return admission.User{Name: "alice"}, true
+			}
+			return admission.User{}, false
+		}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		f.Fatal(err)
+	}
+	h := srv.Handler()
+	admin := func(method, path, body string) {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer admin")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 300 {
+			f.Fatalf("%s %s: %d %s", method, path, rec.Code, rec.Body)
+		}
+	}
+	admin("POST", "/api/v1/namespaces", `{"metadata":{"name":"mine"}}`)
+	admin("POST", "/api/v1/namespaces", `{"metadata":{"name":"theirs"}}`)
+	admin("POST", "/api/v1/namespaces/theirs/secrets", `{"metadata":{"name":"s"},"stringData":{"k":"TOPSECRET"}}`)
+	admin("POST", "/apis/serving.knative.dev/v1/namespaces/theirs/services", `{"metadata":{"name":"topsecret"},"spec":{"template":{"spec":{"containers":[{"image":"img"}]}}}}`)
+	admin("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/mine/rolebindings", `{"metadata":{"name":"alice"},"roleRef":{"kind":"ClusterRole","name":"admin"},"subjects":[{"kind":"User","name":"alice"}]}`)
+	// The server makes the namespaces' default service accounts on its
+	// own; let it finish before comparing.
+	for _, ns := range []string{"mine", "theirs"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := st.Get(store.Key{Resource: "serviceaccounts", Namespace: ns, Name: "default"}); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				f.Fatalf("no default service account in %s", ns)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	outside := func() map[store.Key]int64 {
+		out := map[store.Key]int64{}
+		for _, k := range apiserver.DefaultKinds(apiserver.SeedVersions()).All() {
+			entries, _, err := st.List(k.GroupResource().String(), "")
+			if err != nil {
+				f.Fatal(err)
+			}
+			for _, e := range entries {
+				if e.Key.Namespace != "mine" && !(k.Resource == "namespaces" && e.Key.Name == "mine") {
+					out[e.Key] = e.Revision
+				}
+			}
+		}
+		return out
+	}
+	f.Fuzz(func(t *testing.T, method, path, query string, body []byte) {
+		u, err := url.Parse(path)
+		if err != nil || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, "?#") || !validMethod(method) {
+			return
+		}
+		u.RawQuery = query
+		before := outside()
+		reqCtx, done := context.WithTimeout(ctx, 20*time.Millisecond) // bounds watches and log streams
+		defer done()
+		req := httptest.NewRequest("GET", "/", bytes.NewReader(body)).WithContext(reqCtx)
+		req.Method, req.URL, req.RequestURI = method, u, u.RequestURI()
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s %s: %d %s", method, u, rec.Code, rec.Body)
+		}
+		if b := rec.Body.String(); strings.Contains(b, "TOPSECRET") || strings.Contains(b, "VE9QU0VDUkVU") || strings.Contains(b, `"topsecret"`) {
+			t.Fatalf("%s %s leaked another namespace: %d %.300s", method, u, rec.Code, b)
+		}
+		if after := outside(); !maps.Equal(before, after) {
+			t.Fatalf("%s %s (%d) changed objects outside the tenant's namespace", method, u, rec.Code)
+		}
+	})
+}
+
+func validMethod(m string) bool {
+	switch m {
+	case "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS":
+		return true
+	}
+	return false
 }

@@ -58,6 +58,9 @@ func (s *Server) gcPass(ctx context.Context) (changed bool, err error) {
 	var objs []gcObject
 	uids := map[types.UID]bool{}
 	for _, k := range s.kinds.All() {
+		if k.Virtual {
+			continue
+		}
 		entries, _, err := s.store.List(k.storeResource(), "")
 		if err != nil {
 			return false, err
@@ -240,6 +243,9 @@ func client404(err error) error {
 // leaves its dependents alone (propagationPolicy Orphan).
 func (s *Server) orphanDependents(_ context.Context, uid types.UID) error {
 	for _, k := range s.kinds.All() {
+		if k.Virtual {
+			continue
+		}
 		entries, _, err := s.store.List(k.storeResource(), "")
 		if err != nil {
 			return err

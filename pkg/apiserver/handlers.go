@@ -434,12 +434,18 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 	if k.HasStatus {
 		zeroField(obj, "Status")
 	}
+	if err := s.checkRBACWrite(ctx, k, obj, nil, ""); err != nil {
+		return nil, nil, err
+	}
 	generated := m.Name == ""
+	if k.Namespaced {
+		defer s.opts.Admitter.Serialize(ctx, m.Namespace)() // object count quotas
+	}
 	for attempt := 0; ; attempt++ {
 		if generated {
 			m.Name = m.GenerateName + rand.String(5)
 		}
-		warns, errs, err := s.opts.Admitter.Admit(ctx, admission.Request{Op: admission.Create, Object: obj, User: user, Path: rewrite})
+		warns, errs, err := s.opts.Admitter.Admit(ctx, admission.Request{Op: admission.Create, Object: obj, User: user, Path: rewrite, Resource: k.GroupResource()})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -559,7 +565,10 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 			}
 		}
 	}
-	warns, errs, err := s.opts.Admitter.Admit(ctx, admission.Request{Op: op, Object: obj, Old: cur, User: userFrom(ctx), Path: rewrite})
+	if err := s.checkRBACWrite(ctx, k, obj, cur, m.Name); err != nil {
+		return nil, nil, err
+	}
+	warns, errs, err := s.opts.Admitter.Admit(ctx, admission.Request{Op: op, Object: obj, Old: cur, User: userFrom(ctx), Path: rewrite, Resource: k.GroupResource()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -600,7 +609,7 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 		s.gc.Add(gcKey)
 		return obj, warns, nil
 	}
-	_, err = s.store.Update(key, entry.Revision, func(rev int64) ([]byte, error) {
+	_, err = s.storeUpdate(key, entry.Revision, m.DeletionTimestamp != nil, func(rev int64) ([]byte, error) {
 		m.ResourceVersion = strconv.FormatInt(rev, 10)
 		return encodeStored(k, obj)
 	})
@@ -656,7 +665,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 		if err != nil {
 			return err
 		}
-		patched, err := applyPatch(format, curJSON, patch, req)
+		patched, err := s.applyPatch(format, curJSON, patch, req)
 		if err != nil {
 			return err
 		}
@@ -684,7 +693,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 	}
 }
 
-func applyPatch(format bodyFormat, cur, patch []byte, req request) ([]byte, error) {
+func (s *Server) applyPatch(format bodyFormat, cur, patch []byte, req request) ([]byte, error) {
 	bad := func(err error) error {
 		return apierrors.NewBadRequest(fmt.Sprintf("the patch could not be applied: %v", err))
 	}
@@ -696,18 +705,7 @@ func applyPatch(format bodyFormat, cur, patch []byte, req request) ([]byte, erro
 		}
 		return out, nil
 	case formatJSONPatch:
-		p, err := jsonpatch.DecodePatch(patch)
-		if err != nil {
-			return nil, bad(err)
-		}
-		if len(p) > maxJSONPatchOps {
-			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the patch has %d operations, the limit is %d", len(p), maxJSONPatchOps))
-		}
-		out, err := p.Apply(cur)
-		if err != nil {
-			return nil, bad(err)
-		}
-		return out, nil
+		return s.applyJSONPatch(cur, patch)
 	case formatStrategicPatch:
 		var schemaObj runtime.Object
 		if av := req.kind.Alt[req.version]; av != nil {
@@ -909,7 +907,7 @@ func (s *Server) deleteObject(ctx context.Context, k *Kind, namespace, name stri
 // skip admission: deletion marks, finalizers, owner references).
 func (s *Server) writeBack(k *Kind, obj runtime.Object, entry store.Entry) (runtime.Object, error) {
 	m := accessor(obj)
-	_, err := s.store.Update(s.key(k, m.Namespace, m.Name), entry.Revision, func(rev int64) ([]byte, error) {
+	_, err := s.storeUpdate(s.key(k, m.Namespace, m.Name), entry.Revision, true, func(rev int64) ([]byte, error) {
 		m.ResourceVersion = strconv.FormatInt(rev, 10)
 		return encodeStored(k, obj)
 	})

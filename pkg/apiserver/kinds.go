@@ -32,6 +32,9 @@ type Kind struct {
 	// replaces (Kubernetes requires this of custom resources, which the
 	// Knative kinds are on a cluster).
 	RequireResourceVersion bool
+	// Virtual kinds are only created and never stored (the access
+	// reviews); their handlers are in reviews.go.
+	Virtual bool
 
 	New     func() runtime.Object
 	NewList func() runtime.Object
@@ -254,6 +257,8 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 			},
 		},
 	}}
+	ks.all = append(ks.all, authKinds()...)
+	ks.all = append(ks.all, tenantKinds()...)
 	for _, k := range ks.all {
 		if a, ok := alt[k.Kind]; ok && k.Group == "serving.knative.dev" {
 			k.Alt = a

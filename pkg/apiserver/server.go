@@ -6,9 +6,13 @@
 //
 // It owns the semantics Kubernetes gives objects (uid, generation,
 // resourceVersion concurrency, ownerReferences and cascading deletion,
-// namespace lifecycle). It must not import the data plane (router, runtime):
-// controllers and the data plane read and write objects through it or the
-// store.
+// namespace lifecycle, ResourceQuota status) and the request path of
+// kube-apiserver: every request is authenticated (bearer tokens,
+// ServiceAccount tokens), then authorized by package authz (RBAC) before
+// any handler runs (auth.go). It serves the
+// RBAC kinds, ServiceAccounts with the TokenRequest API, and the access
+// reviews. It must not import the data plane (router, runtime): controllers
+// and the data plane read and write objects through it or the store.
 package apiserver
 
 import (
@@ -26,9 +30,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/knbox/knbox/pkg/admission"
+	"github.com/knbox/knbox/pkg/authz"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 	"github.com/knbox/knbox/pkg/store"
 )
 
@@ -54,6 +61,19 @@ type Options struct {
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+	// ReadyChecks are checked by /readyz besides the store's free space.
+	ReadyChecks []ReadyCheck
+	// Limits bound what requests may cost; see Limits.
+	Limits Limits
+	// ServiceAccountTokens signs and verifies ServiceAccount tokens; nil: a
+	// key made for this process (its tokens do not outlive it).
+	ServiceAccountTokens *serviceaccount.Signer
+	// MaxTokenExpiration caps the lifetime of issued tokens; 0 means
+	// serviceaccount.DefaultMaxTokenExpiration.
+	MaxTokenExpiration time.Duration
+	// PodUID returns the UID of the Pod (instance) namespace/name, for
+	// tokens bound to one; nil: tokens cannot be bound to Pods.
+	PodUID func(namespace, name string) (types.UID, error)
 }
 
 // LogOptions are the query parameters of the log subresource.
@@ -76,6 +96,17 @@ type Server struct {
 
 	openapiOnce sync.Once
 	openapi     map[string][]byte // group-version path -> OpenAPI v3 document
+
+	limits   Limits   // Options.Limits with defaults
+	inflight inflight // requests being served, by class
+
+	readyMu  sync.Mutex
+	notReady map[string]bool // by readiness check
+	// authentication and authorization (auth.go)
+	rbac   *rbacSource
+	authz  *authz.Authorizer
+	tokens *serviceaccount.Signer
+	saAuth *serviceaccount.Authenticator
 }
 
 // New builds a Server.
@@ -90,12 +121,16 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{
-		opts: opts, store: opts.Store, kinds: opts.Kinds, log: opts.Logger,
+		opts: opts, store: opts.Store, kinds: opts.Kinds, log: opts.Logger, limits: opts.Limits.withDefaults(),
 		gc: workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), "gc"),
 	}
 	if opts.Admitter.RuntimeClassExists == nil {
 		opts.Admitter.RuntimeClassExists = s.runtimeClassExists
 	}
+	if err := s.initAuth(); err != nil {
+		return nil, err
+	}
+	s.wireTenants()
 	return s, nil
 }
 
@@ -105,12 +140,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.ensureNamespace(ctx, metav1.NamespaceDefault); err != nil {
 		return err
 	}
+	if err := s.startAuth(ctx); err != nil {
+		return err
+	}
 	go func() {
 		<-ctx.Done()
 		s.gc.ShutDown()
 	}()
 	s.gc.Add(gcKey) // finish what a previous run left half-done
 	go s.runGC(ctx)
+	go s.runQuotaStatus(ctx)
 	return nil
 }
 
@@ -149,22 +188,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, fmt.Errorf("panic: %v", v))
 		}
 	}()
-	switch r.URL.Path {
-	case "/healthz", "/livez", "/readyz":
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok"))
+	r, ok := s.authorize(w, r)
+	if !ok {
 		return
 	}
-	user := admission.User{Name: "admin", Groups: []string{"system:masters"}}
-	if s.opts.Authenticate != nil {
-		var ok bool
-		user, ok = s.opts.Authenticate(r.Header.Get("Authorization"))
-		if !ok {
-			writeError(w, apierrors.NewUnauthorized("Unauthorized"))
-			return
-		}
+	switch r.URL.Path {
+	case "/healthz", "/livez", "/readyz":
+		s.serveHealth(w, r)
+		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), userKey, user))
+	release, ok := s.admit(w, r, userFrom(r.Context()))
+	if !ok {
+		return
+	}
+	defer release()
 	p := strings.TrimSuffix(r.URL.Path, "/")
 	if rest, ok := strings.CutPrefix(p, "/knbox/v1/"); ok {
 		name, _, _ := strings.Cut(rest, "/")
@@ -252,7 +289,27 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 	}
 	if len(segs) > 2 {
 		req.subresource = segs[2]
+	}
+	if req.name == "" && r.URL.Query().Get("watch") == "true" || req.name == "" && r.URL.Query().Get("watch") == "1" {
+		req.watch = true
+	}
+	if !sameRequest(r, req) || !verbMatches(r, req) {
+		writeError(w, apierrors.NewBadRequest("the request's path and query are ambiguous: they read as another request than the one that was authorized"))
+		return
+	}
+	if req.kind.Virtual {
+		if err := s.serveReview(w, r, req); err != nil {
+			writeError(w, err)
+		}
+		return
+	}
+	if req.subresource != "" {
 		switch {
+		case req.subresource == "token" && req.kind.Group == "" && req.kind.Resource == "serviceaccounts" && req.name != "":
+			if err := s.handleTokenRequest(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
 		case req.subresource == "status" && req.kind.HasStatus:
 		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
 			if err := s.handleLog(w, r, req); err != nil {
@@ -267,9 +324,6 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 	if req.kind.Namespaced && req.namespace == "" && (req.name != "" || r.Method == http.MethodPost) {
 		notFound()
 		return
-	}
-	if req.name == "" && r.URL.Query().Get("watch") == "true" || req.name == "" && r.URL.Query().Get("watch") == "1" {
-		req.watch = true
 	}
 
 	var err error

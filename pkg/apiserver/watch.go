@@ -169,12 +169,19 @@ func (s *Server) filterEvent(req request, sel selector, out output, ev store.Eve
 	}
 	now := sel.matches(k, obj)
 	before := false
-	if ev.Prev != nil {
+	switch {
+	case ev.Prev != nil:
 		prev, err := decodeStored(k, ev.Prev)
 		if err != nil {
 			return watchEvent{}, false, err
 		}
 		before = sel.matches(k, prev)
+	case ev.PrevCompacted:
+		// A replayed event whose previous state the store no longer
+		// keeps: take it that it matched, so that an object leaving the
+		// selection is never missed (a DELETED for an object the client
+		// never had is harmless to informers).
+		before = ev.Type == store.Modified || now
 	}
 	typ := string(ev.Type)
 	switch ev.Type {

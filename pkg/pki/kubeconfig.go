@@ -22,6 +22,23 @@ const (
 // bearer token) and one context "knbox" (namespace default), which is the
 // current context.
 func Kubeconfig(server string, caPEM []byte, token string) ([]byte, error) {
+	return render(server, caPEM, KubeconfigUser, token, KubeconfigContext, "default")
+}
+
+// KubeconfigFor renders a kubeconfig for another user: cluster "knbox",
+// user name (a token file's user, or system:serviceaccount:NS:NAME) with
+// token, and the current context "name@knbox" in namespace.
+func KubeconfigFor(server string, caPEM []byte, name, token, namespace string) ([]byte, error) {
+	if name == "" {
+		return nil, errors.New("kubeconfig: user name is empty")
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	return render(server, caPEM, name, token, name+"@"+KubeconfigCluster, namespace)
+}
+
+func render(server string, caPEM []byte, userName, token, contextName, namespace string) ([]byte, error) {
 	u, err := url.Parse(server)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig server %q: %w", server, err)
@@ -42,13 +59,13 @@ func Kubeconfig(server string, caPEM []byte, token string) ([]byte, error) {
 	cfg.Clusters[KubeconfigCluster] = cluster
 	user := clientcmdapi.NewAuthInfo()
 	user.Token = token
-	cfg.AuthInfos[KubeconfigUser] = user
+	cfg.AuthInfos[userName] = user
 	kctx := clientcmdapi.NewContext()
 	kctx.Cluster = KubeconfigCluster
-	kctx.AuthInfo = KubeconfigUser
-	kctx.Namespace = "default"
-	cfg.Contexts[KubeconfigContext] = kctx
-	cfg.CurrentContext = KubeconfigContext
+	kctx.AuthInfo = userName
+	kctx.Namespace = namespace
+	cfg.Contexts[contextName] = kctx
+	cfg.CurrentContext = contextName
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encode kubeconfig: %w", err)

@@ -176,3 +176,34 @@ func TestKubeconfigRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+func TestKubeconfigForUser(t *testing.T) {
+	t.Parallel()
+	c, err := Ensure(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeTokenFile(t, "t-admin2,ops,1,\"system:masters\"\nt-alice,alice,2,\"devs,viewers\"\nt-alice2,alice,2\n")
+	token, u, err := UserToken(file, "alice")
+	if err != nil || token != "t-alice" || strings.Join(u.Groups, ",") != "devs,viewers" {
+		t.Fatalf("UserToken: %q %+v %v", token, u, err)
+	}
+	if _, _, err := UserToken(file, "mallory"); err == nil || !strings.Contains(err.Error(), `no user "mallory"`) {
+		t.Errorf("unknown user: %v", err)
+	}
+	out, err := KubeconfigFor("https://127.0.0.1:6443", c.CACertPEM, "alice", token, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if cfg.CurrentContext != "alice@knbox" || ctx.AuthInfo != "alice" || ctx.Namespace != "team-a" || cfg.AuthInfos["alice"].Token != "t-alice" {
+		t.Errorf("kubeconfig for alice:\n%s", out)
+	}
+	if _, err := KubeconfigFor("https://127.0.0.1:6443", c.CACertPEM, "", token, ""); err == nil {
+		t.Error("no user name: no error")
+	}
+}

@@ -34,6 +34,9 @@ const (
 	ServerCertName = "apiserver.crt"
 	ServerKeyName  = "apiserver.key"
 	TokenName      = "token"
+	// ServiceAccountKeyName is the key that signs ServiceAccount tokens
+	// (kube-apiserver's --service-account-signing-key-file).
+	ServiceAccountKeyName = "sa.key"
 )
 
 const (
@@ -58,10 +61,14 @@ type Credentials struct {
 	Token string
 	// CAFile is the path of CACertPEM.
 	CAFile string
+	// ServiceAccountKey signs ServiceAccount tokens (ES256). Replacing the
+	// file invalidates every token issued with the old key.
+	ServiceAccountKey *ecdsa.PrivateKey
 }
 
-// Ensure creates, on first start, the CA, the serving certificate and the
-// admin token in dir, and reuses them later. The serving certificate covers
+// Ensure creates, on first start, the CA, the serving certificate, the
+// admin token and the ServiceAccount signing key in dir, and reuses them
+// later. The serving certificate covers
 // localhost, 127.0.0.1 and ::1 plus hosts (DNS names or IP addresses); it is
 // re-issued with the same CA when it lacks a requested host, expires within
 // 30 days, or no longer matches its key or the CA.
@@ -84,7 +91,7 @@ func Ensure(dir string, hosts []string) (*Credentials, error) {
 		return nil, fmt.Errorf("create credentials directory %s: %w", dir, err)
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
-	for _, name := range []string{CAKeyName, ServerKeyName, TokenName} {
+	for _, name := range []string{CAKeyName, ServerKeyName, TokenName, ServiceAccountKeyName} {
 		if err := checkPrivate(p(name)); err != nil {
 			return nil, err
 		}
@@ -102,13 +109,42 @@ func Ensure(dir string, hosts []string) (*Credentials, error) {
 	if err != nil {
 		return nil, err
 	}
+	saKey, err := ensureServiceAccountKey(p(ServiceAccountKeyName))
+	if err != nil {
+		return nil, err
+	}
 	return &Credentials{
-		CACertPEM: caPEM,
-		CertFile:  p(ServerCertName),
-		KeyFile:   p(ServerKeyName),
-		Token:     token,
-		CAFile:    p(CACertName),
+		CACertPEM:         caPEM,
+		CertFile:          p(ServerCertName),
+		KeyFile:           p(ServerKeyName),
+		Token:             token,
+		CAFile:            p(CACertName),
+		ServiceAccountKey: saKey,
 	}, nil
+}
+
+// ensureServiceAccountKey reads the ServiceAccount signing key, creating
+// a P-256 key on first start.
+func ensureServiceAccountKey(path string) (*ecdsa.PrivateKey, error) {
+	key, err := readKey(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("generate service account key: %w", err)
+		}
+		if err := writeKey(path, k); err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ec, ok := key.(*ecdsa.PrivateKey)
+	if !ok || ec.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("%s: want an ECDSA P-256 key (ES256), found %T; delete it so that knbox creates one (tokens signed with it stop working)", path, key)
+	}
+	return ec, nil
 }
 
 // sans returns the subject alternative names the serving certificate must

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -64,7 +65,7 @@ func TestEnsureCreatesThenReuses(t *testing.T) {
 	if perm := fi.Mode().Perm(); perm != 0o700 {
 		t.Errorf("dir mode = %04o, want 0700", perm)
 	}
-	for _, name := range []string{CAKeyName, ServerKeyName, TokenName} {
+	for _, name := range []string{CAKeyName, ServerKeyName, TokenName, ServiceAccountKeyName} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -95,6 +96,9 @@ func TestEnsureCreatesThenReuses(t *testing.T) {
 	}
 	if c1.Token != c2.Token {
 		t.Error("token changed on the second Ensure")
+	}
+	if c1.ServiceAccountKey == nil || !c1.ServiceAccountKey.Equal(c2.ServiceAccountKey) {
+		t.Error("service account key missing or changed on the second Ensure")
 	}
 	matches, _ := filepath.Glob(filepath.Join(dir, ".*tmp*"))
 	if len(matches) > 0 {
@@ -210,7 +214,7 @@ func TestEnsureReissuesWhenKeyMissing(t *testing.T) {
 
 func TestEnsureRefusesLoosePermissions(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{CAKeyName, ServerKeyName, TokenName} {
+	for _, name := range []string{CAKeyName, ServerKeyName, TokenName, ServiceAccountKeyName} {
 		for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
 			t.Run(name+"/"+mode.String(), func(t *testing.T) {
 				t.Parallel()
@@ -296,6 +300,26 @@ func TestEnsureErrors(t *testing.T) {
 		_, err := Ensure(dir, nil)
 		if err == nil || !strings.Contains(err.Error(), path) {
 			t.Fatalf("err = %v, want one naming %s", err, path)
+		}
+	})
+	t.Run("service account key of another kind", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		if _, err := Ensure(dir, nil); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, ServiceAccountKeyName)
+		rsaKey, err := rsa.GenerateKey(rand.Reader, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := x509.MarshalPKCS8PrivateKey(rsaKey)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Ensure(dir, nil)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "P-256") {
+			t.Fatalf("err = %v, want one naming %s and the key it wants", err, path)
 		}
 	})
 	t.Run("directory is a file", func(t *testing.T) {

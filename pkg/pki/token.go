@@ -157,3 +157,23 @@ func parseTokenFile(r io.Reader) ([]fileToken, error) {
 }
 
 func hasSpace(s string) bool { return strings.IndexFunc(s, unicode.IsSpace) >= 0 }
+
+// UserToken returns the token of the user name in a token file (the first
+// line naming that user), for `knbox kubeconfig --user`.
+func UserToken(tokenFile, name string) (string, User, error) {
+	f, err := os.Open(tokenFile)
+	if err != nil {
+		return "", User{}, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	tokens, err := parseTokenFile(f)
+	if err != nil {
+		return "", User{}, fmt.Errorf("token file %s: %w", tokenFile, err)
+	}
+	for _, t := range tokens {
+		if t.user.Name == name {
+			return t.token, t.user, nil
+		}
+	}
+	return "", User{}, fmt.Errorf("token file %s has no user %q", tokenFile, name)
+}

@@ -29,6 +29,7 @@ const Token = "apiservertest-token"
 
 // Env is a running test server.
 type Env struct {
+	Server     *apiserver.Server
 	URL        string
 	Config     *rest.Config // authenticated client configuration
 	Kubeconfig string       // path of a kubeconfig for it
@@ -59,6 +60,11 @@ type Options struct {
 	Dir   string        // "" = a new temporary directory
 	Store store.Options // e.g. a small EventLogSize
 	User  string        // the token's user; "" = "admin"
+	// Users are more bearer tokens and their users (not in
+	// system:masters: RBAC decides what they may do).
+	Users map[string]admission.User
+	// Server adjusts the server's options before it is built.
+	Server func(*apiserver.Options)
 }
 
 // Start runs a server in dir ("" = a new temporary directory) until the
@@ -83,7 +89,7 @@ func StartWith(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apiserver.New(apiserver.Options{
+	so := apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: &admission.Admitter{Serving: ServingConfig(t)},
@@ -91,10 +97,19 @@ func StartWith(t testing.TB, opts Options) *Env {
 			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+Token)) == 1 {
 				return admission.User{Name: user, Groups: []string{"system:masters"}}, true
 			}
+			for token, u := range opts.Users {
+				if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+token)) == 1 {
+					return u, true
+				}
+			}
 			return admission.User{}, false
 		},
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	if opts.Server != nil {
+		opts.Server(&so)
+	}
+	srv, err := apiserver.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +135,16 @@ func StartWith(t testing.TB, opts Options) *Env {
 		t.Fatal(err)
 	}
 	return &Env{
-		URL: ts.URL, Store: st, CAPEM: caPEM, Kubeconfig: kcPath,
+		Server: srv, URL: ts.URL, Store: st, CAPEM: caPEM, Kubeconfig: kcPath,
 		Config: &rest.Config{Host: ts.URL, BearerToken: Token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
 			Timeout: 30 * time.Second, WarningHandler: rest.NoWarnings{}},
 	}
+}
+
+// ConfigFor is the client configuration of another bearer token (one of
+// Options.Users, or any string, to see it refused).
+func (e *Env) ConfigFor(token string) *rest.Config {
+	c := rest.CopyConfig(e.Config)
+	c.BearerToken = token
+	return c
 }
