@@ -4,7 +4,7 @@
 // everything but the OCI runtime) measured in the same run, and runc with
 // egress on (runc_egress: the namespace is attached to a bridge by the CNI
 // plugins before the container starts). It runs
-// pkg/instance's BenchmarkStart, which starts real containers from a cached
+// pkg/replicas's BenchmarkStart, which starts real containers from a cached
 // image, and prints one table. Run: go run ./bench/instance [-n 30]
 package main
 
@@ -35,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-n must be within 5..500")
 		os.Exit(2)
 	}
-	cmd := exec.Command("go", "test", "-run=NONE", "-bench=^BenchmarkStart$", "-benchtime="+strconv.Itoa(*n)+"x", "-benchmem", "github.com/knbox/knbox/pkg/instance")
+	cmd := exec.Command("go", "test", "-run=NONE", "-bench=^BenchmarkStart$", "-benchtime="+strconv.Itoa(*n)+"x", "-benchmem", "github.com/knbox/knbox/pkg/replicas")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -62,6 +62,7 @@ type Autoscaler struct {
 
 	mu   sync.Mutex
 	revs map[string]*revisionState
+	subs []func(rev string)
 }
 
 type revisionState struct {
@@ -138,6 +139,16 @@ func (a *Autoscaler) Upsert(rev string, spec Spec, reachable bool) {
 	a.decideLocked(rev, r)
 }
 
+// Subscribe registers f, called with a revision whenever its desired scale
+// or activity changes (after the hooks in Options). Like the hooks, f runs
+// with the Autoscaler's lock held: it must be quick and must not call back
+// into the Autoscaler.
+func (a *Autoscaler) Subscribe(f func(rev string)) {
+	a.mu.Lock()
+	a.subs = append(a.subs, f)
+	a.mu.Unlock()
+}
+
 // Delete forgets revision rev and its samples.
 func (a *Autoscaler) Delete(rev string) {
 	a.mu.Lock()
@@ -210,6 +221,11 @@ func (a *Autoscaler) decideLocked(rev string, r *revisionState) {
 			} else {
 				a.setActive(rev, false, NoTrafficReason, NoTrafficMessage)
 			}
+		}
+	}
+	if first || d.Desired != prev.Desired || d.Active != prev.Active {
+		for _, f := range a.subs {
+			f(rev)
 		}
 	}
 }

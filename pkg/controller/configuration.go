@@ -79,10 +79,17 @@ func (c *Controller) reconcileConfiguration(ctx context.Context, ns, name string
 
 	lcr, err := c.latestCreated(ctx, cfg)
 	if err != nil {
-		if apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			// The API refused the Revision: its name is taken, or a
+			// namespace policy (quota, LimitRange, Pod Security,
+			// RuntimeClass access) says no. Knative marks the
+			// Configuration; a policy's no may turn into a yes (the
+			// quota frees), so that is retried with backoff.
 			cfg.Status.MarkRevisionCreationFailed(err.Error())
 			cfg.Status.ObservedGeneration = cfg.Generation
-			return c.updateConfigurationStatus(ctx, cur, cfg)
+			if uerr := c.updateConfigurationStatus(ctx, cur, cfg); uerr != nil || apierrors.IsAlreadyExists(err) {
+				return uerr
+			}
 		}
 		return err
 	}

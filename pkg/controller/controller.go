@@ -43,18 +43,31 @@ import (
 type Options struct {
 	Client  servingclient.Interface
 	Runtime Runtime
+	// Scaler owns each revision's desired scale and Active condition.
+	Scaler  Scaler
 	Routes  *routing.Table
 	Network *netcfg.Config
 	Domain  *routecfg.Domain
 	GC      *gcconfig.Config
 	// HTTPPort is the data plane's port; URLs carry it unless it is 80.
 	HTTPPort int
-	Clock    clock.Clock // nil: the real clock
-	Logger   *slog.Logger
+	// APIURL is the API server's URL: a revision's status.logUrl is its
+	// log subresource there ("": no logUrl).
+	APIURL string
+	// DigestResolutionTimeout bounds the resolution of one image to a
+	// digest (config-deployment's digest-resolution-timeout; 0:
+	// DefaultDigestResolutionTimeout).
+	DigestResolutionTimeout time.Duration
+	Clock                   clock.Clock // nil: the real clock
+	Logger                  *slog.Logger
 	// Resync re-reconciles everything this often (0: 10 minutes), which
 	// also drives time-based garbage collection.
 	Resync time.Duration
 }
+
+// DefaultDigestResolutionTimeout is Knative's default
+// digest-resolution-timeout (config-deployment).
+const DefaultDigestResolutionTimeout = 10 * time.Second
 
 // Controller runs the reconcilers.
 type Controller struct {
@@ -69,9 +82,10 @@ type Controller struct {
 	revisions listers.RevisionLister
 	routes    listers.RouteLister
 
-	queues map[string]workqueue.RateLimitingInterface
-	synced []cache.InformerSynced
-	refs   referenced
+	queues      map[string]workqueue.RateLimitingInterface
+	synced      []cache.InformerSynced
+	refs        referenced
+	initialized chan struct{} // closed by Run after its first pass
 }
 
 const (
@@ -83,8 +97,11 @@ const (
 
 // New builds a Controller; Run starts it.
 func New(opts Options) (*Controller, error) {
-	if opts.Client == nil || opts.Runtime == nil || opts.Routes == nil || opts.Network == nil || opts.Domain == nil || opts.GC == nil {
-		return nil, errors.New("controller: Client, Runtime, Routes, Network, Domain and GC are required")
+	if opts.Client == nil || opts.Runtime == nil || opts.Scaler == nil || opts.Routes == nil || opts.Network == nil || opts.Domain == nil || opts.GC == nil {
+		return nil, errors.New("controller: Client, Runtime, Scaler, Routes, Network, Domain and GC are required")
+	}
+	if opts.DigestResolutionTimeout <= 0 {
+		opts.DigestResolutionTimeout = DefaultDigestResolutionTimeout
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -95,7 +112,8 @@ func New(opts Options) (*Controller, error) {
 	if opts.Resync == 0 {
 		opts.Resync = 10 * time.Minute
 	}
-	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{}}
+	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
+		initialized: make(chan struct{})}
 	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
 	sv := c.factory.Serving().V1()
 	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()
@@ -124,6 +142,7 @@ func New(opts Options) (*Controller, error) {
 		c.enqueueOwner(kindService, o)
 	})
 	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
+	opts.Scaler.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	return c, nil
 }
 
@@ -184,6 +203,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("controller: informers did not sync")
 	}
+	c.firstPass(ctx)
 	reconcilers := map[string]func(context.Context, string, string) error{
 		kindService:       c.reconcileService,
 		kindConfiguration: c.reconcileConfiguration,
@@ -216,6 +236,40 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Wait()
 	return nil
 }
+
+// firstPass reconciles every Revision, then every Route, once, before the
+// workers start: the runtime has every revision (and claims what an earlier
+// run left running) and the routing table is whole when Initialized is
+// closed. Failures are left to the workers, which have the same keys
+// queued.
+func (c *Controller) firstPass(ctx context.Context) {
+	defer close(c.initialized)
+	revs, err := c.revisions.List(everything())
+	if err != nil {
+		return
+	}
+	keep := make([]string, 0, len(revs))
+	for _, r := range revs {
+		keep = append(keep, r.Namespace+"/"+r.Name)
+		if err := c.reconcileRevision(ctx, r.Namespace, r.Name); err != nil && ctx.Err() == nil {
+			c.log.Debug("first pass: revision", "namespace", r.Namespace, "revision", r.Name, "err", err)
+		}
+	}
+	c.opts.Runtime.Retain(keep)
+	rts, err := c.routes.List(everything())
+	if err != nil {
+		return
+	}
+	for _, r := range rts {
+		if err := c.reconcileRoute(ctx, r.Namespace, r.Name); err != nil && ctx.Err() == nil {
+			c.log.Debug("first pass: route", "namespace", r.Namespace, "route", r.Name, "err", err)
+		}
+	}
+}
+
+// Initialized is closed once Run has reconciled every Revision and Route it
+// found at start once: the routing table is restored.
+func (c *Controller) Initialized() <-chan struct{} { return c.initialized }
 
 func (c *Controller) process(ctx context.Context, kind string, q workqueue.RateLimitingInterface, rec func(context.Context, string, string) error) bool {
 	item, shutdown := q.Get()

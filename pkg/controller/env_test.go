@@ -25,19 +25,32 @@ import (
 // contains "missing" cannot be resolved; "crash" makes a revision fail;
 // everything else becomes ready with one instance.
 type fakeRuntime struct {
-	mu      sync.Mutex
-	subs    []func(string, string)
-	removed map[string]bool
-	ensured map[string]int
+	mu       sync.Mutex
+	subs     []func(string, string)
+	removed  map[string]bool
+	ensured  map[string]int
+	resolves map[string]int
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}}
+	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}, resolves: map[string]int{}}
 }
 
-func (f *fakeRuntime) Resolve(_ context.Context, _ *servingv1.Revision, img string) (string, error) {
-	if strings.Contains(img, "missing") {
+// Resolve: "missing" images never resolve; "flaky" ones fail their first
+// two resolutions; "slow" ones answer only when ctx ends.
+func (f *fakeRuntime) Resolve(ctx context.Context, _ *servingv1.Revision, img string) (string, error) {
+	f.mu.Lock()
+	f.resolves[img]++
+	n := f.resolves[img]
+	f.mu.Unlock()
+	switch {
+	case strings.Contains(img, "missing"):
 		return "", errors.New("MANIFEST_UNKNOWN: manifest unknown")
+	case strings.Contains(img, "flaky") && n <= 2:
+		return "", errors.New("registry unavailable: connection refused")
+	case strings.Contains(img, "slow"):
+		<-ctx.Done()
+		return "", ctx.Err()
 	}
 	repo := strings.SplitN(img, ":", 2)[0]
 	return repo + "@sha256:" + strings.Repeat("ab", 32), nil
@@ -48,9 +61,9 @@ func (f *fakeRuntime) Ensure(_ context.Context, rev *servingv1.Revision) (contro
 	f.ensured[rev.Namespace+"/"+rev.Name]++
 	f.mu.Unlock()
 	if strings.Contains(rev.Spec.Containers[0].Image, "crash") {
-		return controller.RevisionState{Failed: true, Reason: "ExitCode1", Message: "Container failed with: boom", Desired: 1}, nil
+		return controller.RevisionState{Failed: true, Reason: "ExitCode1", Message: "Container failed with: boom"}, nil
 	}
-	return controller.RevisionState{Ready: true, Active: true, Actual: 1, Desired: 1, LogURL: "http://logs.example/" + rev.Name}, nil
+	return controller.RevisionState{Ready: true, Actual: 1}, nil
 }
 
 func (f *fakeRuntime) Remove(_ context.Context, ns, name string) error {
@@ -60,10 +73,55 @@ func (f *fakeRuntime) Remove(_ context.Context, ns, name string) error {
 	return nil
 }
 
+func (f *fakeRuntime) Retain([]string) {}
+
 func (f *fakeRuntime) Subscribe(fn func(string, string)) {
 	f.mu.Lock()
 	f.subs = append(f.subs, fn)
 	f.mu.Unlock()
+}
+
+// fakeScaler stands in for the autoscaler: every revision it knows wants
+// one instance and is active; it records reachability.
+type fakeScaler struct {
+	mu        sync.Mutex
+	reachable map[string]bool
+	subs      []func(string, string)
+}
+
+func newFakeScaler() *fakeScaler { return &fakeScaler{reachable: map[string]bool{}} }
+
+func (f *fakeScaler) Upsert(rev *servingv1.Revision, reachable bool) {
+	f.mu.Lock()
+	f.reachable[rev.Namespace+"/"+rev.Name] = reachable
+	f.mu.Unlock()
+}
+
+func (f *fakeScaler) Delete(ns, name string) {
+	f.mu.Lock()
+	delete(f.reachable, ns+"/"+name)
+	f.mu.Unlock()
+}
+
+func (f *fakeScaler) Scale(ns, name string) (int32, bool, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.reachable[ns+"/"+name]
+	return 1, true, ok
+}
+
+func (f *fakeScaler) Subscribe(fn func(string, string)) {
+	f.mu.Lock()
+	f.subs = append(f.subs, fn)
+	f.mu.Unlock()
+}
+
+// isReachable reports what the reconciler last told the scaler.
+func (f *fakeScaler) isReachable(ns, name string) (reachable, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	reachable, known = f.reachable[ns+"/"+name]
+	return reachable, known
 }
 
 type env struct {
@@ -72,6 +130,7 @@ type env struct {
 	client  *servingclient.Clientset
 	dyn     *dynamic.DynamicClient
 	rt      *fakeRuntime
+	scaler  *fakeScaler
 	routes  *routing.Table
 	cfg     *config.Config
 	stopCtl func()
@@ -92,7 +151,7 @@ func newEnv(t *testing.T, gc map[string]string) *env {
 	if gc != nil {
 		cfg.ConfigMaps = map[string]map[string]string{"config-gc": gc}
 	}
-	e := &env{t: t, api: api, client: cl, dyn: dyn, rt: newFakeRuntime(), routes: routing.NewTable(), cfg: cfg}
+	e := &env{t: t, api: api, client: cl, dyn: dyn, rt: newFakeRuntime(), scaler: newFakeScaler(), routes: routing.NewTable(), cfg: cfg}
 	e.startController()
 	return e
 }
@@ -112,7 +171,8 @@ func (e *env) startController() {
 		t.Fatal(err)
 	}
 	c, err := controller.New(controller.Options{
-		Client: e.client, Runtime: e.rt, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		Client: e.client, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: time.Second,
 	})
 	if err != nil {

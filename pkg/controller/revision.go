@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,14 +12,12 @@ import (
 
 func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) error {
 	cur, err := c.revisions.Revisions(ns).Get(name)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || err == nil && cur.DeletionTimestamp != nil {
+		c.opts.Scaler.Delete(ns, name)
 		return c.opts.Runtime.Remove(ctx, ns, name)
 	}
 	if err != nil {
 		return err
-	}
-	if cur.DeletionTimestamp != nil {
-		return c.opts.Runtime.Remove(ctx, ns, name)
 	}
 	rev := cur.DeepCopy()
 	rev.Status.InitializeConditions()
@@ -30,13 +29,23 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 	if !digestsResolved(rev) {
 		statuses := make([]servingv1.ContainerStatus, 0, len(rev.Spec.Containers))
 		for _, ctr := range rev.Spec.Containers {
-			digest, err := c.opts.Runtime.Resolve(ctx, rev, ctr.Image)
+			rctx, cancel := context.WithTimeout(ctx, c.opts.DigestResolutionTimeout)
+			digest, err := c.opts.Runtime.Resolve(rctx, rev, ctr.Image)
+			cancel()
 			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				rev.Status.MarkContainerHealthyFalse(servingv1.ReasonContainerMissing,
 					servingv1.RevisionContainerMissingMessage(ctr.Image, err.Error()))
 				rev.Status.MarkResourcesAvailableFalse(servingv1.ReasonContainerMissing, "the image could not be resolved")
 				rev.Status.ObservedGeneration = rev.Generation
-				return c.updateRevisionStatus(ctx, cur, rev)
+				if err := c.updateRevisionStatus(ctx, cur, rev); err != nil {
+					return err
+				}
+				// Tried again with the queue's backoff: a registry that
+				// was down or slow is not a permanent failure.
+				return fmt.Errorf("resolve %s: %w", ctr.Image, err)
 			}
 			statuses = append(statuses, servingv1.ContainerStatus{Name: ctr.Name, ImageDigest: digest})
 		}
@@ -49,10 +58,13 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 		return nil // the status update wakes us again with the digests
 	}
 
+	// The autoscaler first, so that the runtime finds its scale.
+	c.opts.Scaler.Upsert(rev, reachable(rev))
 	st, err := c.opts.Runtime.Ensure(ctx, rev)
 	if err != nil {
 		return err
 	}
+	desired, active, known := c.opts.Scaler.Scale(ns, name)
 	switch {
 	case st.Failed && st.ResourcesFailed:
 		rev.Status.MarkResourcesAvailableFalse(st.Reason, st.Message)
@@ -70,16 +82,41 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 		rev.Status.MarkContainerHealthyUnknown(reason, st.Message)
 	}
 	switch {
-	case st.Active:
+	case known && active:
 		rev.Status.MarkActiveTrue()
-	case !st.Failed:
-		rev.Status.MarkActiveFalse("NoTraffic", "The target is not receiving traffic.")
+	case known && !st.Failed:
+		rev.Status.MarkActiveFalse(noTrafficReason, noTrafficMessage)
 	}
 	rev.Status.ActualReplicas = &st.Actual
-	rev.Status.DesiredReplicas = &st.Desired
-	rev.Status.LogURL = st.LogURL
+	if known {
+		rev.Status.DesiredReplicas = &desired
+	}
+	rev.Status.LogURL = c.logURL(ns, name)
 	rev.Status.ObservedGeneration = rev.Generation
 	return c.updateRevisionStatus(ctx, cur, rev)
+}
+
+// The Active condition's reason and message when a revision is inactive, as
+// Knative writes them.
+const (
+	noTrafficReason  = "NoTraffic"
+	noTrafficMessage = "The target is not receiving traffic."
+)
+
+// reachable tells whether a Route reaches rev, from the routingState label
+// the Route reconciler keeps (see labelRevisions): as Knative's revision
+// reconciler derives the PodAutoscaler's reachability, only "reserve" is
+// unreachable; a revision not labelled yet counts as reachable.
+func reachable(rev *servingv1.Revision) bool {
+	return rev.GetRoutingState() != servingv1.RoutingStateReserve
+}
+
+// logURL is where the API serves a revision's logs.
+func (c *Controller) logURL(ns, name string) string {
+	if c.opts.APIURL == "" {
+		return ""
+	}
+	return c.opts.APIURL + "/apis/serving.knative.dev/v1/namespaces/" + ns + "/revisions/" + name + "/log"
 }
 
 // digestsResolved tells whether every container of rev has its digest in

@@ -6,23 +6,28 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
-// Runtime is what the Revision reconciler needs from the runtime: resolve
-// the image to a digest once, run the Revision, say how it is doing, stop
-// it. The runtime issue implements it over real containers; tests use a
-// fake.
+// Runtime is what the Revision reconciler needs from the runtime side (the
+// revision manager): resolve the image to a digest once, run the Revision,
+// say how it is doing, stop it.
 type Runtime interface {
 	// Resolve returns the digest reference (repo@sha256:...) of image, one
 	// of the revision's container images (pulled with its
 	// imagePullSecrets), as Knative does when a Revision is created; every
-	// instance then runs that digest.
+	// instance then runs that digest. The reconciler bounds it with
+	// config-deployment's digest-resolution-timeout.
 	Resolve(ctx context.Context, rev *servingv1.Revision, image string) (string, error)
 	// Ensure makes the runtime run rev (idempotent) and returns its state.
+	// It must not block on I/O.
 	Ensure(ctx context.Context, rev *servingv1.Revision) (RevisionState, error)
 	// Remove stops every instance of a revision that no longer exists.
 	Remove(ctx context.Context, namespace, name string) error
 	// Subscribe registers f, called (without blocking) whenever a
 	// revision's state changes, so its reconciler runs again.
 	Subscribe(f func(namespace, name string))
+	// Retain is told, once the reconciler has seen every Revision, which
+	// exist ("namespace/name"): what an earlier run left of others (deleted
+	// while knbox was down) is stopped.
+	Retain(keep []string)
 }
 
 // RevisionState is what the runtime knows of a revision.
@@ -39,9 +44,22 @@ type RevisionState struct {
 	// of the container itself.
 	ResourcesFailed bool
 	Actual          int32 // ready instances
-	Desired         int32 // instances wanted
-	// Active: the revision has instances or is being scaled up; false
-	// after scale to zero for lack of traffic.
-	Active bool
-	LogURL string
+}
+
+// Scaler is the autoscaler as the Revision reconciler sees it (Knative's
+// PodAutoscaler): the one owner of a revision's desired scale and of its
+// Active condition.
+type Scaler interface {
+	// Upsert adds or updates a revision: its autoscaling annotations,
+	// containerConcurrency, and whether a Route reaches it (min-scale
+	// applies only then).
+	Upsert(rev *servingv1.Revision, reachable bool)
+	// Delete forgets a revision.
+	Delete(namespace, name string)
+	// Scale returns the last decision on a revision: its desired scale and
+	// whether it is active; ok is false while the revision is unknown.
+	Scale(namespace, name string) (desired int32, active, ok bool)
+	// Subscribe registers f, called (without blocking) whenever a
+	// revision's desired scale or activity changes.
+	Subscribe(f func(namespace, name string))
 }

@@ -1,8 +1,11 @@
 // Package daemon assembles `knbox serve`: it opens the store, creates the
-// API server's credentials, wires admission with knbox's configuration, and
-// serves the API (HTTPS) and the data plane (HTTP) until its context ends.
+// API server's credentials, wires admission with knbox's configuration,
+// assembles the runtime side (pod runtime, revision manager, autoscaler,
+// router) and the controllers, and serves the API (HTTPS) and the data
+// plane (HTTP) until its context ends.
 //
-// It is wiring only: behaviour belongs to the packages it assembles.
+// It is wiring only: behaviour belongs to the packages it assembles. It
+// must not hold state of its own beyond what connects them.
 package daemon
 
 import (
@@ -15,27 +18,41 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
-
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/authz"
+	"github.com/knbox/knbox/pkg/autoscaler"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/controller"
+	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/listener"
+	"github.com/knbox/knbox/pkg/logs"
+	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pki"
+	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/replicas"
+	"github.com/knbox/knbox/pkg/router"
 	"github.com/knbox/knbox/pkg/routing"
+	"github.com/knbox/knbox/pkg/runtime"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 	"github.com/knbox/knbox/pkg/store"
 )
 
@@ -43,12 +60,43 @@ import (
 // start, with the server's real address; `knbox kubeconfig` prints it.
 const KubeconfigFile = "kubeconfig"
 
-// Run serves until ctx ends. ready, if not nil, is called once both
-// listeners accept connections.
+// ControllerUser is the identity the in-process controllers act as.
+const ControllerUser = "system:knbox:controller"
+
+// stopTimeout bounds stopping the instances at exit.
+const stopTimeout = 30 * time.Second
+
+// Run serves until ctx ends or a successor asks for the listening sockets,
+// then exits as docs/restart.md says: instances are left running for the
+// next knbox (unless restart.keepInstances is false) and the sockets are
+// handed over. ready, if not nil, is called once the data plane routes
+// requests (the routing table restored, instances of an earlier run
+// adopted).
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(api, data string)) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
+	if err := disk.PrepareDataDir(cfg.DataDir); err != nil {
+		return err
 	}
+	handoverWait, err := cfg.HandoverWait()
+	if err != nil {
+		return err
+	}
+	// The sockets first: a knbox that still runs on this data dir is asked
+	// for them, and so to exit, which frees the store.
+	addrs := map[string]string{"api": cfg.APIAddr, "http": cfg.HTTPAddr}
+	if cfg.HTTPSAddr != "" {
+		addrs["https"] = cfg.HTTPSAddr
+	}
+	socks, err := listener.Open(ctx, addrs, filepath.Join(cfg.DataDir, handoverSocket), handoverWait+stopTimeout, log)
+	if err != nil {
+		return err
+	}
+	lingered := false
+	defer func() {
+		if !lingered {
+			socks.Close()
+		}
+	}()
+	log.Info("listening sockets", "from", socks.From())
 	creds, err := pki.Ensure(cfg.DataDir, cfg.APIHosts)
 	if err != nil {
 		return err
@@ -61,11 +109,34 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "knbox.db"), store.Options{})
+	policy, err := containerPolicy(cfg.Policy) // checked before anything serves
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), storeOptions(cfg), handoverWait+stopTimeout)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	defer st.Close()
+	storeOpen := true
+	closeStore := func() {
+		if storeOpen {
+			st.Close()
+			storeOpen = false
+		}
+	}
+	defer closeStore()
+	iopts, err := imageOptions(cfg)
+	if err != nil {
+		return err
+	}
+	images, err := image.Open(iopts)
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	logStore, err := logs.NewStore(filepath.Join(cfg.DataDir, "instances", "logs"))
+	if err != nil {
+		return err
+	}
 
 	// The controllers are clients of the API like any other, with an
 	// identity of their own whose token lives only in memory.
@@ -73,48 +144,56 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	var plane atomic.Pointer[dataPlane] // set once the data plane is up
-	var servingClient atomic.Pointer[servingclient.Clientset]
+	// ServiceAccount tokens, signed with the data dir's key.
+	saTokens, err := serviceaccount.NewSigner(creds.ServiceAccountKey, cfg.ServiceAccounts.Issuer, cfg.ServiceAccounts.APIAudiences)
+	if err != nil {
+		return err
+	}
+	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Pod Security admission judges what the instances' policy makes of
+	// a Revision's containers (oci.Declare).
+	admitter, err := newAdmitter(cfg, serving, policy, log)
+	if err != nil {
+		return err
+	}
 	srv, err := apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
-		Admitter: &admission.Admitter{Serving: serving},
+		Admitter: admitter,
 		Authenticate: func(h string) (admission.User, bool) {
 			if subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+internalToken)) == 1 {
-				return admission.User{Name: ControllerUser, Groups: []string{"system:knbox"}}, true
+				return admission.User{Name: ControllerUser, Groups: []string{authz.InternalGroup}}, true
 			}
 			u, ok := authn.Authenticate(h)
 			return admission.User{Name: u.Name, UID: u.UID, Groups: u.Groups}, ok
 		},
-		MaxRequestBodyBytes: cfg.MaxRequestBodyBytes,
-		Logger:              log,
+		MaxRequestBodyBytes:  cfg.MaxRequestBodyBytes,
+		Limits:               apiLimits(cfg),
+		Logger:               log,
+		ServiceAccountTokens: saTokens,
+		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
 		Extensions: map[string]http.Handler{
-			"images": imagesHandler(func() *image.Store {
-				if dp := plane.Load(); dp != nil {
-					return dp.images
+			"images": image.Handler(images, func(context.Context) ([]string, error) {
+				if c := ctl.Load(); c != nil {
+					return c.ImageDigests()
 				}
-				return nil
-			}, func() servingclient.Interface {
-				if c := servingClient.Load(); c != nil {
-					return c
-				}
-				return nil
+				return nil, errors.New("the controllers are starting")
 			}),
 		},
-		Logs: func(ctx context.Context, w io.Writer, ns, rev string, o apiserver.LogOptions) error {
-			dp := plane.Load()
-			if dp == nil {
-				return errors.New("the data plane is starting")
-			}
-			return dp.mgr.LogsContext(ctx, ns, rev, o.Follow, o.Since, w)
+		Logs: func(rctx context.Context, w io.Writer, ns, rev string, o apiserver.LogOptions) error {
+			// A follow ends with the request or with knbox.
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
 		},
 	})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := srv.Start(ctx); err != nil {
+	if err := srv.Start(runCtx); err != nil {
 		return err
 	}
 
@@ -122,14 +201,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("load serving certificate: %w", err)
 	}
-	apiLn, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		return fmt.Errorf("listen on --api-addr %s: %w", cfg.APIAddr, err)
-	}
-	dataLn, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		apiLn.Close()
-		return fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	apiLn, dataLn, tlsLn := socks.Listener("api"), socks.Listener("http"), socks.Listener("https")
+	// The limits wrap Accept only: the sockets handed over are socks'.
+	apiLn, dataLn = apiListen(cfg).Listener(apiLn), routerListen(cfg).Listener(dataLn)
+	if tlsLn != nil {
+		tlsLn = routerListen(cfg).Listener(tlsLn)
 	}
 	apiURL := "https://" + clientAddr(apiLn.Addr())
 	kc, err := pki.Kubeconfig(apiURL, creds.CACertPEM, creds.Token)
@@ -139,121 +215,295 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err := writePrivate(filepath.Join(cfg.DataDir, KubeconfigFile), kc); err != nil {
 		return err
 	}
-
-	api := &http.Server{
-		Handler:           srv.Handler(),
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	// The data plane answers 503 until the router is ready (the runtime
-	// handlers are probed first).
-	var dataHandler atomic.Pointer[http.Handler]
-	data := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if h := dataHandler.Load(); h != nil {
-				(*h).ServeHTTP(w, r)
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "knbox: starting")
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	api := apiListen(cfg).Apply(&http.Server{
+		Handler:   srv.Handler(),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	})
 	errc := make(chan error, 3)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
+
+	clientCfg := internalConfig(apiURL, creds.CACertPEM, internalToken)
+	kube, err := kubernetes.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	sc, err := servingclient.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+
+	// The runtime side. Probing the handlers takes a while: the API serves
+	// meanwhile, and the data plane starts once they are known.
+	handlers := selectRuntimes(runCtx, cfg, log.With("component", "runtime"))
+	if err := controller.RegisterRuntimeClasses(runCtx, kube.NodeV1(), runtimeHandlers(handlers)); err != nil {
+		log.Error("runtime classes", "err", err)
+	}
+	if err := controller.RemoveRuntimeClasses(runCtx, kube.NodeV1(), disabledRuntimes(cfg)); err != nil {
+		log.Error("runtime classes", "err", err)
+	}
+	egress, err := network.OpenEgress(runCtx, network.EgressConfig{
+		Bridge:     cfg.Egress.Bridge,
+		Subnet:     cfg.EgressSubnet(),
+		PluginDirs: cfg.Egress.CNIPluginDirs,
+		StateDir:   filepath.Join(cfg.DataDir, "cni"),
+	}, cfg.Egress.Enabled, log)
+	if err != nil {
+		return err
+	}
+	var nameservers []string
+	if egress != nil {
+		nameservers = cfg.Egress.Nameservers
+		log.Info("egress on: instances reach the outside through NAT", "bridge", egress.Bridge(), "subnet", egress.Subnet(), "nameservers", nameservers)
+	}
+	dep, err := cfg.Deployment()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
+	}
+	pods, err := pod.New(pod.Options{
+		Images:      images,
+		Handlers:    handlers,
+		StateDir:    filepath.Join(cfg.DataDir, "instances", "instances"),
+		Egress:      egress,
+		Nameservers: nameservers,
+		Policy:      policy,
+		ShimCommand: []string{self, "shim"},
+		PullTimeout: dep.ProgressDeadline,
+		Logger:      log.With("component", "pod"),
+	})
+	if err != nil {
+		return err
+	}
+	adopted, err := pods.Recover(runCtx)
+	if err != nil {
+		log.Warn("recovering pods of a previous run", "err", err)
+	}
+	var mgr *replicas.Manager // the autoscaler asks it how many instances are ready
+	as := autoscaler.New(autoscaler.Options{
+		Logger: log.With("component", "autoscaler"),
+		Ready:  func(rev string) int32 { return mgr.Ready(autoscaler.SplitKey(rev)) },
+	})
+	scaler := as.Revisions(serving.Autoscaler)
+	inputs := informers.NewSharedInformerFactory(kube, 10*time.Minute)
+	mgr, err = replicas.New(replicas.Options{
+		Pods:      pods,
+		Images:    images,
+		Logs:      logStore,
+		Scale:     scaler,
+		Informers: inputs,
+		// The API serves ServiceAccounts: their imagePullSecrets count.
+		ServiceAccounts:     true,
+		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		ProgressDeadline:    dep.ProgressDeadline,
+		Logger:              log.With("component", "replicas"),
+	})
+	if err != nil {
+		return err
+	}
+	routes := routing.NewTable()
+	rt, err := router.New(router.Options{
+		Table:     routes,
+		Instances: routerInstances{mgr},
+		Stats: func(ns, rev string, at time.Time, concurrency, requests float64) {
+			as.Record(autoscaler.Key(ns, rev), at, concurrency, requests)
+		},
+		Poke: func(ns, rev string) {
+			as.Poke(autoscaler.Key(ns, rev))
+			mgr.Poke(ns, rev)
+		},
+		External: true,
+		Logger:   log.With("component", "router"),
+	})
+	if err != nil {
+		return err
+	}
+	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
+	if err != nil {
+		return err
+	}
+	inputs.Start(runCtx.Done())
+	done := make(chan struct{}, 3)
+	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
+	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := c.Run(runCtx, 2); err != nil {
+			log.Error("controllers stopped", "err", err)
+		}
+	}()
+	ctl.Store(c)
+
+	// The readiness gate: the data listener accepts once the routing table
+	// is restored and adopted instances answered their first probe;
+	// connections wait in the backlog until then.
+	select {
+	case <-c.Initialized():
+	case <-ctx.Done():
+	case <-socks.Requested():
+	}
+	waitReady(runCtx, pods, adopted, adoptedReadyWait)
+	// Plain HTTP: the router's own server (its fast path for HTTP/1.1,
+	// net/http with h2c for the rest), with the listener's limits.
+	dataHandler := h2c.NewHandler(rt, routerListen(cfg).H2C())
+	lim := routerListen(cfg).Apply(&http.Server{})
+	data := &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
+		IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: lim.MaxHeaderBytes, H2C: routerListen(cfg).H2C()}
 	go func() { errc <- data.Serve(dataLn) }()
 	var dataTLS *http.Server
-	if cfg.HTTPSAddr != "" {
+	if tlsLn != nil {
 		dcert, err := tls.LoadX509KeyPair(cfg.HTTPSCertFile, cfg.HTTPSKeyFile)
 		if err != nil {
 			return fmt.Errorf("httpsCertFile/httpsKeyFile: %w", err)
 		}
-		tlsLn, err := net.Listen("tcp", cfg.HTTPSAddr)
-		if err != nil {
-			return fmt.Errorf("listen on httpsAddr %s: %w", cfg.HTTPSAddr, err)
-		}
 		// HTTP/2 over TLS comes with net/http's ALPN; the router's h2c
 		// wrapper passes TLS requests through untouched.
-		dataTLS = &http.Server{Handler: data.Handler, ReadHeaderTimeout: 10 * time.Second,
-			TLSConfig: &tls.Config{Certificates: []tls.Certificate{dcert}, MinVersion: tls.VersionTLS12}}
+		dataTLS = routerListen(cfg).Apply(&http.Server{Handler: dataHandler,
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{dcert}, MinVersion: tls.VersionTLS12}})
 		go func() { errc <- dataTLS.ServeTLS(tlsLn, "", "") }()
-		defer func() {
-			c, done := context.WithTimeout(context.Background(), 5*time.Second)
-			defer done()
-			_ = dataTLS.Shutdown(c)
-		}()
 	}
-
-	kube, err := kubernetes.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
-	if err != nil {
-		return fmt.Errorf("internal client: %w", err)
+	if err := socks.ServeHandover(filepath.Join(cfg.DataDir, handoverSocket)); err != nil {
+		log.Warn("no handover of the listening sockets to a successor", "err", err)
 	}
-	sc, err := servingclient.NewForConfig(internalConfig(apiURL, creds.CACertPEM, internalToken))
-	if err != nil {
-		return fmt.Errorf("internal client: %w", err)
-	}
-	servingClient.Store(sc)
-	handlers := setUpRuntimes(ctx, cfg, kube, log.With("component", "runtime"))
-	routes := routing.NewTable()
-	dp, err := newDataPlane(ctx, cfg, serving.Autoscaler, kube, handlers, routes, log)
-	if err != nil {
-		return err
-	}
-	dp.apiURL = apiURL
-	plane.Store(dp)
-	var dh http.Handler = h2c.NewHandler(dp.router, &http2.Server{})
-	dataHandler.Store(&dh)
-	dpDone := make(chan struct{})
-	go func() {
-		defer close(dpDone)
-		dp.run(ctx)
-	}()
-	ctl, err := newController(cfg, apiURL, creds.CACertPEM, internalToken, dataLn.Addr(), dp.runtime(), routes, log)
-	if err != nil {
-		return err
-	}
-	ctlDone := make(chan struct{})
-	go func() {
-		defer close(ctlDone)
-		if err := ctl.Run(ctx, 2); err != nil {
-			log.Error("controllers stopped", "err", err)
-		}
-	}()
-	defer func() {
-		cancel()
-		<-ctlDone
-		<-dpDone
-		// Stop the instances in order; what a kill -9 leaves behind is
-		// cleaned by Recover at the next start instead.
-		stop, done := context.WithTimeout(context.Background(), 30*time.Second)
-		defer done()
-		if err := dp.mgr.Close(stop); err != nil {
-			log.Warn("stopping instances", "err", err)
-		}
-	}()
-	log.Info("knbox serving", "api", apiURL, "http", "http://"+dataLn.Addr().String(), "dataDir", cfg.DataDir)
+	log.Info("knbox serving", "api", apiURL, "http", "http://"+dataLn.Addr().String(), "dataDir", cfg.DataDir,
+		"adoptedInstances", len(adopted))
+	notify(log, sdnotify.SdNotifyReady)
 	if ready != nil {
 		ready(apiURL, "http://"+dataLn.Addr().String())
 	}
 
+	var runErr error
 	select {
 	case <-ctx.Done():
-	case err = <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
+	case <-socks.Requested():
+		log.Info("a new knbox asked for the listening sockets: handing over")
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = err
 		}
 	}
-	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	_ = api.Shutdown(shutdown)
-	_ = data.Shutdown(shutdown)
-	return err
+
+	// Exit: stop accepting (the sockets stay open for a successor), let
+	// requests in flight finish, stop the control plane, leave or stop the
+	// instances, close the store, then hand the sockets over.
+	notify(log, sdnotify.SdNotifyStopping)
+	shutdown(api, apiShutdownTimeout)
+	shutdown(data, drainTimeout)
+	if dataTLS != nil {
+		shutdown(dataTLS, drainTimeout)
+	}
+	cancel()
+	for range 3 {
+		<-done
+	}
+	inputs.Shutdown()
+	stop, cancelStop := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancelStop()
+	if cfg.KeepsInstances() {
+		if err := mgr.Detach(stop); err != nil {
+			log.Warn("leaving instances", "err", err)
+		}
+		if err := pods.Detach(stop); err != nil {
+			log.Warn("leaving pods", "err", err)
+		}
+		log.Info("instances left running for the next knbox")
+	} else {
+		// Stop the instances in order; what a kill -9 leaves behind is
+		// adopted or cleaned by Recover at the next start instead.
+		if err := mgr.Close(stop); err != nil {
+			log.Warn("stopping instances", "err", err)
+		}
+		if err := pods.Close(stop); err != nil {
+			log.Warn("stopping pods", "err", err)
+		}
+	}
+	closeStore()
+	lingered = true
+	if handed := socks.Linger(context.Background(), handoverWait); handed {
+		log.Info("the next knbox has the listening sockets")
+	}
+	return runErr
 }
 
-// ControllerUser is the identity the in-process controllers act as.
-const ControllerUser = "system:knbox:controller"
+// Bounds of the exit.
+const (
+	// apiShutdownTimeout bounds the wait for API requests in flight (a
+	// watch never ends by itself).
+	apiShutdownTimeout = 5 * time.Second
+	// drainTimeout bounds the wait for data plane requests in flight.
+	drainTimeout = 30 * time.Second
+	// adoptedReadyWait bounds the wait for adopted instances' first probe
+	// before the data listener serves.
+	adoptedReadyWait = 10 * time.Second
+	// handoverSocket is where a running knbox hands its sockets over.
+	handoverSocket = "handover.sock"
+)
+
+func shutdown(s interface {
+	Shutdown(context.Context) error
+	Close() error
+}, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		_ = s.Close()
+	}
+}
+
+// waitReady waits until the adopted pods that were running are ready (or
+// gone), at most d: they answer their first probe within milliseconds.
+func waitReady(ctx context.Context, pods *pod.Runtime, adopted []pod.Status, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, a := range adopted {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			st, ok := pods.Status(a.ID)
+			if !ok || st.Ready || !st.Running {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// notify tells systemd (when it started knbox with NOTIFY_SOCKET) knbox's
+// state.
+func notify(log *slog.Logger, state string) {
+	if _, err := sdnotify.SdNotify(false, state); err != nil {
+		log.Warn("sd_notify", "state", state, "err", err)
+	}
+}
+
+// openStore opens the store, waiting while a knbox that is exiting still
+// holds it (at most wait).
+func openStore(ctx context.Context, path string, opts store.Options, wait time.Duration) (*store.Store, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		st, err := store.Open(path, opts)
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "timeout") {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// selectRuntimes builds the handlers of the runtimes table and keeps those
+// that work on this host.
+func selectRuntimes(ctx context.Context, cfg *config.Config, log *slog.Logger) map[string]runtime.Handler {
+	hs, missing := handlers(cfg)
+	for name, err := range missing {
+		log.Info("runtime handler not installed", "handler", name, "err", err)
+	}
+	ok := runtime.Select(ctx, hs, filepath.Join(cfg.DataDir, "probe"), log)
+	log.Info("runtime handlers ready", "handlers", slices.Sorted(maps.Keys(ok)))
+	return ok
+}
 
 func randomToken() (string, error) {
 	b := make([]byte, 32)
@@ -271,11 +521,8 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, apiURL string, caPEM []byte, token string, data net.Addr, rt controller.Runtime, routes *routing.Table, log *slog.Logger) (*controller.Controller, error) {
-	client, err := servingclient.NewForConfig(internalConfig(apiURL, caPEM, token))
-	if err != nil {
-		return nil, fmt.Errorf("controller client: %w", err)
-	}
+func newController(cfg *config.Config, client servingclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+	apiURL string, resolveTimeout time.Duration, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
 		return nil, err
@@ -293,8 +540,9 @@ func newController(cfg *config.Config, apiURL string, caPEM []byte, token string
 		port = tcp.Port
 	}
 	return controller.New(controller.Options{
-		Client: client, Runtime: rt, Routes: routes,
-		Network: network, Domain: domain, GC: gc, HTTPPort: port, Logger: log.With("component", "controller"),
+		Client: client, Runtime: rt, Scaler: scaler, Routes: routes,
+		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
+		Logger: log.With("component", "controller"),
 	})
 }
 
@@ -314,6 +562,7 @@ func clientAddr(a net.Addr) string {
 
 func writePrivate(path string, data []byte) error {
 	tmp := path + ".tmp"
+	_ = os.Remove(tmp) // a leftover keeps its mode through WriteFile: start anew, 0600
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}

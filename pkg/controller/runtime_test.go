@@ -1,0 +1,97 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+)
+
+// TestLogURLAndReachability: the reconciler writes the revision's logUrl
+// (the API's log subresource) itself, and tells the scaler whether a Route
+// reaches the revision from its routingState label: reachable while the
+// route names it, unreachable once it no longer does.
+func TestLogURLAndReachability(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.client.ServingV1().Services("default").Create(ctx, ksvc("reach", "example.com/reach:v1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.readyAt("reach", "reach-00001")
+	rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "reach-00001", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "https://api.example/apis/serving.knative.dev/v1/namespaces/default/revisions/reach-00001/log"; rev.Status.LogURL != want {
+		t.Errorf("logUrl %q, want %q", rev.Status.LogURL, want)
+	}
+	eventually(t, "reach-00001 reachable", func() error {
+		if r, known := e.scaler.isReachable("default", "reach-00001"); !known || !r {
+			return fmt.Errorf("reachable %v, known %v", r, known)
+		}
+		return nil
+	})
+	// All traffic to a second revision: the first is no longer routed.
+	e.update("reach", func(s *servingv1.Service) { s.Spec.Template.Spec.Containers[0].Image = "example.com/reach:v2" })
+	e.readyAt("reach", "reach-00002")
+	eventually(t, "reach-00001 unreachable", func() error {
+		if r, known := e.scaler.isReachable("default", "reach-00001"); !known || r {
+			return fmt.Errorf("reachable %v, known %v", r, known)
+		}
+		if r, _ := e.scaler.isReachable("default", "reach-00002"); !r {
+			return fmt.Errorf("reach-00002 not reachable")
+		}
+		return nil
+	})
+	// Pinned to the first again (a tag on the second keeps it routed).
+	e.update("reach", func(s *servingv1.Service) {
+		s.Spec.Traffic = []servingv1.TrafficTarget{
+			{RevisionName: "reach-00001", Percent: ptr.To[int64](100)},
+			{RevisionName: "reach-00002", Percent: ptr.To[int64](0), Tag: "next"},
+		}
+	})
+	eventually(t, "both reachable", func() error {
+		r1, _ := e.scaler.isReachable("default", "reach-00001")
+		r2, _ := e.scaler.isReachable("default", "reach-00002")
+		if !r1 || !r2 {
+			return fmt.Errorf("reachable: 00001 %v, 00002 %v", r1, r2)
+		}
+		return nil
+	})
+}
+
+// TestDigestResolution: a resolution that fails for a while (a registry
+// that is down) is tried again with backoff and the revision becomes ready
+// once it works; one that hangs is cut at digest-resolution-timeout and
+// reported, not left to block a worker.
+func TestDigestResolution(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for name, img := range map[string]string{"flaky": "example.com/flaky:v1", "slow": "example.com/slow:v1"} {
+		if _, err := e.client.ServingV1().Services("default").Create(ctx, ksvc(name, img), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.readyAt("flaky", "flaky-00001")
+	eventually(t, "slow reported", func() error {
+		rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "slow-00001", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := rev.Status.GetCondition(servingv1.RevisionConditionContainerHealthy)
+		if c == nil || !c.IsFalse() || c.Reason != "ContainerMissing" || !strings.Contains(c.Message, "deadline exceeded") {
+			return fmt.Errorf("revision ContainerHealthy %+v", c)
+		}
+		return nil
+	})
+	e.rt.mu.Lock()
+	n := e.rt.resolves["example.com/slow:v1"]
+	e.rt.mu.Unlock()
+	if n < 1 {
+		t.Errorf("slow resolved %d times", n)
+	}
+}

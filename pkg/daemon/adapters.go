@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"context"
+
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/controller"
+	"github.com/knbox/knbox/pkg/replicas"
+	"github.com/knbox/knbox/pkg/router"
+)
+
+// routerInstances shows the revision manager to the router: the same
+// facts in the router's types.
+type routerInstances struct{ m *replicas.Manager }
+
+func (a routerInstances) Config(namespace, revision string) (router.RevisionConfig, bool) {
+	c, ok := a.m.Config(namespace, revision)
+	return router.RevisionConfig(c), ok
+}
+
+func (a routerInstances) Endpoints(namespace, revision string) []router.Endpoint {
+	eps := a.m.Endpoints(namespace, revision)
+	out := make([]router.Endpoint, len(eps))
+	for i, ep := range eps {
+		out[i] = router.Endpoint(ep)
+	}
+	return out
+}
+
+func (a routerInstances) Subscribe(f func(namespace, revision string)) { a.m.Subscribe(f) }
+
+func (a routerInstances) Drained(namespace, revision, endpointID string) {
+	a.m.Drained(namespace, revision, endpointID)
+}
+
+var _ router.Instances = routerInstances{}
+
+// controllerRuntime shows the revision manager to the Revision reconciler.
+type controllerRuntime struct{ *replicas.Manager }
+
+func (a controllerRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) (controller.RevisionState, error) {
+	st, err := a.Manager.Ensure(ctx, rev)
+	return controller.RevisionState{Ready: st.Ready, Failed: st.Failed, Reason: st.Reason, Message: st.Message,
+		ResourcesFailed: st.ResourcesFailed, Actual: st.Actual}, err
+}
+
+var _ controller.Runtime = controllerRuntime{}

@@ -1,0 +1,363 @@
+package pod
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/knbox/knbox/pkg/runtime"
+)
+
+// A pod's shim is a small process of its own (knbox re-executed as `knbox
+// shim`, in a session of its own) that runs the pod's containers through
+// the handler (the runtime's monitor processes are its children, so it
+// reads their exact exit statuses), owns their stdout and stderr and the
+// pod's /dev/log socket, and writes the pod's log. It outlives the daemon:
+// a restart, an upgrade or a kill -9 of knbox leaves the containers
+// running and their output flowing, and the next daemon re-adopts the pod
+// by connecting to the shim's socket (shim.sock in the pod's directory).
+//
+// The protocol is one JSON request and one JSON response per connection;
+// "wait" answers when the container has exited (or never, if the daemon
+// goes away first).
+
+// shimSocket is the name of the shim's socket in the pod's directory.
+const shimSocket = "shim.sock"
+
+// shimProtocol is the protocol's version, in every request: a shim of an
+// older knbox refuses what it does not know.
+const shimProtocol = 1
+
+type shimRequest struct {
+	V      int    `json:"v"`
+	Op     string `json:"op"` // start, kill, wait, delete, log, state, shutdown
+	ID     string `json:"id,omitempty"`
+	Bundle string `json:"bundle,omitempty"`
+	Tag    string `json:"tag,omitempty"`
+	Signal int    `json:"signal,omitempty"`
+	Line   string `json:"line,omitempty"`
+}
+
+type shimContainerState struct {
+	ID     string              `json:"id"`
+	Pid    int                 `json:"pid"`
+	Exited bool                `json:"exited,omitempty"`
+	Status *runtime.ExitStatus `json:"status,omitempty"`
+}
+
+type shimResponse struct {
+	Error      string               `json:"error,omitempty"`
+	Pid        int                  `json:"pid,omitempty"`
+	Status     *runtime.ExitStatus  `json:"status,omitempty"`
+	Tail       string               `json:"tail,omitempty"`
+	Containers []shimContainerState `json:"containers,omitempty"`
+	ShimPid    int                  `json:"shimPid,omitempty"`
+}
+
+// shimContainer is a container the shim runs.
+type shimContainer struct {
+	t      task
+	done   chan struct{}
+	status runtime.ExitStatus
+}
+
+// shim is the shim process's state.
+type shim struct {
+	mon *localMonitor
+	ln  *net.UnixListener
+	log *slog.Logger
+
+	mu    sync.Mutex
+	ctrs  map[string]*shimContainer
+	ended chan struct{} // closed by shutdown
+	once  sync.Once
+}
+
+// ShimMain is `knbox shim`: it runs one pod's shim until the daemon asks it
+// to shut down, and returns the process's exit code. args: --dir (the
+// pod's directory), --log (the pod's log file), --handler (the handler's
+// runtime.Description as JSON). File descriptor 3, if open, is told
+// "ready" once the socket listens.
+func ShimMain(args []string) int {
+	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
+	dir := fs.String("dir", "", "the pod's directory")
+	logPath := fs.String("log", "", "the pod's log file")
+	handler := fs.String("handler", "", "the handler's description (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("shim", filepath.Base(*dir))
+	if err := runShim(*dir, *logPath, *handler, log); err != nil {
+		log.Error("shim", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runShim(dir, logPath, handler string, log *slog.Logger) error {
+	// The daemon's terminal or service manager must not end the pod.
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE)
+	var d runtime.Description
+	if err := json.Unmarshal([]byte(handler), &d); err != nil {
+		return fmt.Errorf("--handler: %w", err)
+	}
+	h, err := runtime.FromDescription(d)
+	if err != nil {
+		return err
+	}
+	mon, err := newLocalMonitor(h, logPath, dir)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, shimSocket)
+	_ = os.Remove(p)
+	ln, err := listenUnixIn(dir, shimSocket)
+	if err != nil {
+		mon.close()
+		return fmt.Errorf("listen: %w", err)
+	}
+	s := &shim{mon: mon, ln: ln, log: log, ctrs: map[string]*shimContainer{}, ended: make(chan struct{})}
+	if ready := os.NewFile(3, "ready"); ready != nil {
+		_, _ = ready.Write([]byte("ready\n"))
+		ready.Close()
+	}
+	go func() {
+		<-s.ended
+		ln.Close()
+	}()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.ended:
+				_ = os.Remove(p)
+				return mon.close()
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return mon.close()
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.serve(c)
+	}
+}
+
+// listenUnixIn listens on dir/name, binding through /proc/self/fd so that a
+// long dir does not overflow sun_path; only this user may connect.
+func listenUnixIn(dir, name string) (*net.UnixListener, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	addr := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(filepath.Join(dir, name), 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// dialUnixIn dials dir/name the same way.
+func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name))
+}
+
+// maxShimRequest bounds a request.
+const maxShimRequest = 64 << 10
+
+func (s *shim) serve(c *net.UnixConn) {
+	defer c.Close()
+	var req shimRequest
+	if err := json.NewDecoder(io.LimitReader(c, maxShimRequest)).Decode(&req); err != nil {
+		return
+	}
+	// A wait ends early when the caller goes away.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if req.Op == "wait" {
+		go func() {
+			_, _ = io.Copy(io.Discard, c) // EOF when the caller closes
+			cancel()
+		}()
+	}
+	resp := s.handle(ctx, req)
+	_ = json.NewEncoder(c).Encode(resp)
+}
+
+func (s *shim) container(id string) (*shimContainer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.ctrs[id]
+	if c == nil {
+		return nil, fmt.Errorf("no container %q", id)
+	}
+	return c, nil
+}
+
+func (s *shim) handle(ctx context.Context, req shimRequest) shimResponse {
+	fail := func(err error) shimResponse { return shimResponse{Error: err.Error()} }
+	if req.V != shimProtocol {
+		return fail(fmt.Errorf("shim protocol %d, this shim speaks %d", req.V, shimProtocol))
+	}
+	switch req.Op {
+	case "start":
+		s.mu.Lock()
+		if s.ctrs[req.ID] != nil {
+			s.mu.Unlock()
+			return fail(fmt.Errorf("container %q exists", req.ID))
+		}
+		s.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		t, err := s.mon.start(cctx, req.ID, req.Bundle, req.Tag)
+		if err != nil {
+			return fail(err)
+		}
+		c := &shimContainer{t: t, done: make(chan struct{})}
+		s.mu.Lock()
+		s.ctrs[req.ID] = c
+		s.mu.Unlock()
+		go func() {
+			st, _ := t.Wait(context.Background())
+			c.status = st
+			close(c.done)
+		}()
+		return shimResponse{Pid: t.Pid()}
+	case "kill":
+		c, err := s.container(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		kctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		if err := c.t.Kill(kctx, syscall.Signal(req.Signal)); err != nil {
+			return fail(err)
+		}
+		return shimResponse{}
+	case "wait":
+		c, err := s.container(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		select {
+		case <-c.done:
+			st := c.status
+			return shimResponse{Status: &st, Tail: c.t.tail()}
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	case "delete":
+		c, err := s.container(req.ID)
+		if err != nil {
+			return shimResponse{} // deleted already
+		}
+		dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		if err := c.t.Delete(dctx); err != nil {
+			return fail(err)
+		}
+		s.mu.Lock()
+		delete(s.ctrs, req.ID)
+		s.mu.Unlock()
+		return shimResponse{}
+	case "log":
+		s.mon.log(req.Line)
+		return shimResponse{}
+	case "state":
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		resp := shimResponse{ShimPid: os.Getpid()}
+		for id, c := range s.ctrs {
+			cs := shimContainerState{ID: id, Pid: c.t.Pid()}
+			select {
+			case <-c.done:
+				st := c.status
+				cs.Exited, cs.Status = true, &st
+			default:
+			}
+			resp.Containers = append(resp.Containers, cs)
+		}
+		return resp
+	case "shutdown":
+		s.mu.Lock()
+		n := len(s.ctrs)
+		s.mu.Unlock()
+		if n > 0 {
+			return fail(fmt.Errorf("%d containers are not deleted", n))
+		}
+		s.once.Do(func() { close(s.ended) })
+		return shimResponse{}
+	}
+	return fail(fmt.Errorf("unknown operation %q", req.Op))
+}
+
+// shimClient talks to a pod's shim.
+type shimClient struct {
+	dir string
+	cmd *exec.Cmd // nil for a shim this process adopted
+}
+
+// call sends one request and reads its response.
+func (c *shimClient) call(ctx context.Context, req shimRequest) (shimResponse, error) {
+	req.V = shimProtocol
+	conn, err := dialUnixIn(ctx, c.dir, shimSocket)
+	if err != nil {
+		return shimResponse{}, &shimGoneError{fmt.Errorf("shim of %s: %w", filepath.Base(c.dir), err)}
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return shimResponse{}, fmt.Errorf("shim of %s: %s: %w", filepath.Base(c.dir), req.Op, err)
+	}
+	var resp shimResponse
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&resp); err != nil {
+		if ctx.Err() != nil {
+			return shimResponse{}, ctx.Err()
+		}
+		return shimResponse{}, fmt.Errorf("shim of %s: %s: %w", filepath.Base(c.dir), req.Op, err)
+	}
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// shimGoneError says the shim does not answer: it is gone (killed, or the
+// machine restarted), and with it the pod's containers' output.
+type shimGoneError struct{ err error }
+
+func (e *shimGoneError) Error() string { return e.err.Error() }
+func (e *shimGoneError) Unwrap() error { return e.err }
+
+func isShimGone(err error) bool {
+	var g *shimGoneError
+	return errors.As(err, &g)
+}

@@ -1,0 +1,72 @@
+// Package replicas is knbox's revision manager, the replica controller of
+// the runtime side: it keeps each Knative Revision's instances (pods of
+// package pod) at the autoscaler's desired scale, and says how the
+// Revision is doing.
+//
+// It turns a Revision into fully resolved pod specs: the handler from its
+// RuntimeClass, each container's environment (PORT, K_SERVICE,
+// K_CONFIGURATION, K_REVISION, then envFrom, then env with valueFrom of
+// Secrets, ConfigMaps, fieldRef and resourceFieldRef resolved), its Secret,
+// ConfigMap and projected volumes read into files, its image pull secrets
+// (its own and its ServiceAccount's), its probes defaulted (a TCP probe of
+// the port) and the serving container picked (the one with the port).
+//
+// It must not import the controllers, the router, the API server or the
+// store: the Revision reconciler calls Ensure, Remove and Resolve and
+// subscribes to state changes; the router reads Config and Endpoints and
+// calls Drained; the daemon adapts the types. Secrets, ConfigMaps,
+// RuntimeClasses and ServiceAccounts come from a shared informer factory,
+// never from requests to the API: Ensure does no I/O, no lock is held
+// across I/O, and an informer's change event rewrites the volumes of
+// running instances that read the changed object (within the event's
+// delivery: no polling) and retries what could not be made.
+//
+// # Scale
+//
+// The autoscaler (Options.Scale) is the one source of scale: the Manager
+// reads its desired scale, and runs that many instances; at least one
+// until the Revision has been ready once, so that every new Revision
+// starts one instance even without traffic (the deployment probe), and one
+// while the autoscaler has not decided yet. A revision whose status says
+// it was ready before this Manager saw it (the daemon restarted) has
+// passed its deployment probe and runs what the autoscaler says. The
+// router only pokes (Poke): a revision that failed its progress deadline
+// gets another attempt; the autoscaler, poked as well, scales it from
+// zero. A Revision is Ready once one instance has passed its readiness
+// probe; it stays Ready when scaled to zero.
+//
+// # Failures
+//
+// Failures are reported as Knative reports them, while no instance is
+// ready: an image that cannot be pulled as ImagePullBackOff; a
+// RuntimeClass or handler that does not exist as RuntimeClassNotFound or
+// RuntimeHandlerNotFound (resources failed; tried again when a
+// RuntimeClass changes); a container that cannot be created as
+// CreateContainerConfigError (a Secret missing, a spec the operator's
+// policy refuses) or RunContainerError (the runtime failed, with the
+// handler's name and its message); a container that exits as ExitCode<N>
+// with its termination message ("container <name>: ..." in a revision
+// with sidecars); and a revision that is not ready within the progress
+// deadline as ProgressDeadlineExceeded, after which its instances are
+// stopped until a request pokes it. Nothing transient becomes permanent:
+// what could not be made is tried again with backoff (200ms doubling to
+// 10s) and at once when an object it reads changes.
+//
+// # Instances
+//
+// An instance is named "<revision>-<8 random characters>" (the revision
+// part cut to 40), as a Deployment's pods are. Stopping one (scale down,
+// Remove, Close): it leaves Endpoints at once; if the router may have
+// requests on it (Endpoints returned it), the stop waits for Drained or at
+// most the revision's timeoutSeconds; then the pod runtime stops it with a
+// grace period of timeoutSeconds (as Knative sets
+// terminationGracePeriodSeconds). Scale down stops instances that are not
+// ready first, then the newest.
+//
+// # Logs
+//
+// Each instance's output goes to the log store (package logs) as group
+// <namespace>/<revision>: the API's log subresource reads it there. The
+// logs of the last 10 stopped instances of a revision are kept; Remove
+// deletes them all.
+package replicas

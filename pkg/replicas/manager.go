@@ -1,0 +1,541 @@
+package replicas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	nodelisters "k8s.io/client-go/listers/node/v1"
+	"k8s.io/client-go/tools/cache"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/logs"
+	"github.com/knbox/knbox/pkg/pod"
+)
+
+// DefaultProgressDeadline is Knative's config-deployment progress-deadline.
+const DefaultProgressDeadline = 600 * time.Second
+
+// DefaultHandler runs revisions that name no RuntimeClass when
+// Options.DefaultRuntimeClass is empty.
+const DefaultHandler = "runc"
+
+// Pods is the pod runtime (package pod) as the Manager uses it.
+type Pods interface {
+	Run(ctx context.Context, spec pod.Spec) error
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	Status(id string) (pod.Status, bool)
+	UpdateVolume(ctx context.Context, id, volume string, files map[string]pod.File) error
+	Dial(ctx context.Context, id string) (net.Conn, error)
+	Handler(name string) (pod.HandlerInfo, bool)
+	Handlers() []string
+	Subscribe(f func(id string))
+	// List returns every pod, those adopted from an earlier process
+	// included.
+	List() []pod.Status
+}
+
+// Scale is the source of every revision's desired scale: the autoscaler.
+type Scale interface {
+	// Desired is a revision's desired scale; false while the source does
+	// not know the revision.
+	Desired(namespace, name string) (int32, bool)
+	// Subscribe registers f, called (without blocking) when a revision's
+	// desired scale changes.
+	Subscribe(f func(namespace, name string))
+}
+
+// Options configures a Manager. Pods, Images, Logs, Scale and Informers are
+// required; the zero value of every other field is a documented default.
+type Options struct {
+	// Pods runs the instances.
+	Pods Pods
+	// Images resolves image references to digests (Resolve).
+	Images *image.Store
+	// Logs lays out the instances' log files; each revision's are a group.
+	Logs *logs.Store
+	// Scale decides how many instances each revision has.
+	Scale Scale
+	// Informers is the shared informer factory of the core and node APIs:
+	// Secrets, ConfigMaps, RuntimeClasses (and ServiceAccounts) come from
+	// its caches, and their changes update running instances. The Manager
+	// registers its informers in New; start the factory after that.
+	Informers informers.SharedInformerFactory
+	// ServiceAccounts adds the imagePullSecrets of a revision's
+	// ServiceAccount to its own, as Kubernetes' ServiceAccount admission
+	// does; set it only where the API serves ServiceAccounts.
+	ServiceAccounts bool
+	// DefaultRuntimeClass is the RuntimeClass of revisions that name none;
+	// "" means handler DefaultHandler ("runc") directly.
+	DefaultRuntimeClass string
+	// ProgressDeadline bounds how long a new revision may take to become
+	// ready (0: DefaultProgressDeadline).
+	ProgressDeadline time.Duration
+	// Logger receives lifecycle logs (nil: discard).
+	Logger *slog.Logger
+}
+
+type key struct{ namespace, name string }
+
+func (k key) String() string { return k.namespace + "/" + k.name }
+
+// Manager keeps every revision's instances at the autoscaler's scale. It
+// is safe for concurrent use.
+type Manager struct {
+	opts     Options
+	log      *slog.Logger
+	deadline time.Duration
+
+	secrets         corelisters.SecretLister
+	configMaps      corelisters.ConfigMapLister
+	serviceAccounts corelisters.ServiceAccountLister
+	runtimeClasses  nodelisters.RuntimeClassLister
+	synced          []cache.InformerSynced
+
+	// ctx bounds every goroutine the Manager starts; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // revision loops
+
+	mu      sync.Mutex
+	revs    map[key]*revision
+	pods    map[string]key       // instance id -> its revision
+	orphans map[key][]pod.Status // pods of an earlier process, until their revision claims them
+	closed  bool
+
+	subsMu sync.RWMutex
+	subs   []func(namespace, name string)
+}
+
+// New returns a Manager.
+func New(opts Options) (*Manager, error) {
+	if opts.Pods == nil || opts.Images == nil || opts.Logs == nil || opts.Scale == nil || opts.Informers == nil {
+		return nil, errors.New("revision manager: Pods, Images, Logs, Scale and Informers are required")
+	}
+	m := &Manager{
+		opts:     opts,
+		log:      opts.Logger,
+		deadline: opts.ProgressDeadline,
+		revs:     map[key]*revision{},
+		pods:     map[string]key{},
+		orphans:  map[key][]pod.Status{},
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if m.deadline <= 0 {
+		m.deadline = DefaultProgressDeadline
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+
+	core := opts.Informers.Core().V1()
+	secrets, cms := core.Secrets(), core.ConfigMaps()
+	rcs := opts.Informers.Node().V1().RuntimeClasses()
+	m.secrets, m.configMaps, m.runtimeClasses = secrets.Lister(), cms.Lister(), rcs.Lister()
+	m.watch(secrets.Informer(), "Secret")
+	m.watch(cms.Informer(), "ConfigMap")
+	m.watch(rcs.Informer(), "RuntimeClass")
+	if opts.ServiceAccounts {
+		sas := core.ServiceAccounts()
+		m.serviceAccounts = sas.Lister()
+		m.watch(sas.Informer(), "ServiceAccount")
+	}
+	opts.Scale.Subscribe(m.wake)
+	opts.Pods.Subscribe(m.podChanged)
+	// Pods an earlier process left running (adopted by the pod runtime)
+	// wait for their revisions.
+	for _, st := range opts.Pods.List() {
+		k := key{st.Labels[LabelNamespace], st.Labels[LabelRevision]}
+		if k.namespace == "" || k.name == "" {
+			continue
+		}
+		m.orphans[k] = append(m.orphans[k], st)
+		m.pods[st.ID] = k
+	}
+	return m, nil
+}
+
+// watch sends the changes of an informer's objects to inputChanged.
+func (m *Manager) watch(inf cache.SharedIndexInformer, kind string) {
+	handle := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		type meta interface {
+			GetNamespace() string
+			GetName() string
+		}
+		if o, ok := obj.(meta); ok {
+			m.inputChanged(kind, o.GetNamespace(), o.GetName())
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, n interface{}) { handle(n) },
+		DeleteFunc: handle,
+	})
+	m.synced = append(m.synced, inf.HasSynced)
+}
+
+// inputsSynced tells whether every informer has its first list.
+func (m *Manager) inputsSynced() bool {
+	for _, s := range m.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// inputChanged wakes the revisions that read the object.
+func (m *Manager) inputChanged(kind, namespace, name string) {
+	for _, r := range m.revisions() {
+		if kind == "RuntimeClass" || (r.key.namespace == namespace && r.reads(kind+"/"+name)) {
+			r.inputChanged(kind + "/" + name)
+		}
+	}
+}
+
+func (m *Manager) revisions() []*revision {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*revision, 0, len(m.revs))
+	for _, r := range m.revs {
+		out = append(out, r)
+	}
+	return out
+}
+
+// wake makes a revision's loop run (its desired scale changed).
+func (m *Manager) wake(namespace, name string) {
+	if r := m.revision(namespace, name); r != nil {
+		r.poke()
+	}
+}
+
+// podChanged takes a pod's new status to its revision.
+func (m *Manager) podChanged(id string) {
+	m.mu.Lock()
+	k, ok := m.pods[id]
+	r := m.revs[k]
+	m.mu.Unlock()
+	if ok && r != nil {
+		r.podChanged(id)
+	}
+}
+
+// Subscribe registers f, called without blocking whenever a revision's
+// state or endpoints change. f must not block.
+func (m *Manager) Subscribe(f func(namespace, name string)) {
+	m.subsMu.Lock()
+	m.subs = append(m.subs, f)
+	m.subsMu.Unlock()
+}
+
+func (m *Manager) notify(k key) {
+	m.subsMu.RLock()
+	subs := m.subs
+	m.subsMu.RUnlock()
+	for _, f := range subs {
+		f(k.namespace, k.name)
+	}
+}
+
+// Resolve returns the digest reference of one of the revision's images,
+// with its image pull secrets. It waits (within ctx) for the informers'
+// first list.
+func (m *Manager) Resolve(ctx context.Context, rev *servingv1.Revision, img string) (string, error) {
+	if !cache.WaitForCacheSync(ctx.Done(), m.synced...) {
+		return "", fmt.Errorf("resolve %s: %w", img, ctx.Err())
+	}
+	kc, err := m.keychain(rev)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", img, err)
+	}
+	return m.opts.Images.Resolve(ctx, img, kc)
+}
+
+// keychain returns the credentials of the revision's image pull secrets
+// (nil when it has none).
+func (m *Manager) keychain(rev *servingv1.Revision) (authn.Keychain, error) {
+	secs := m.pullSecrets(rev)
+	if len(secs) == 0 {
+		return nil, nil
+	}
+	kc, err := image.SecretsKeychain(secs)
+	if err != nil {
+		return nil, fmt.Errorf("image pull secrets: %w", err)
+	}
+	return kc, nil
+}
+
+// pullSecrets are the Secrets named by the revision's imagePullSecrets and
+// its ServiceAccount's. Missing ones are skipped, as the kubelet does.
+func (m *Manager) pullSecrets(rev *servingv1.Revision) []corev1.Secret {
+	refs := rev.Spec.ImagePullSecrets
+	if m.serviceAccounts != nil && rev.Spec.ServiceAccountName != "" {
+		if sa, err := m.serviceAccounts.ServiceAccounts(rev.Namespace).Get(rev.Spec.ServiceAccountName); err == nil {
+			refs = append(refs[:len(refs):len(refs)], sa.ImagePullSecrets...)
+		}
+	}
+	var secs []corev1.Secret
+	seen := map[string]bool{}
+	for _, ref := range refs {
+		if seen[ref.Name] {
+			continue
+		}
+		seen[ref.Name] = true
+		s, err := m.secret(rev.Namespace, ref.Name)
+		if err != nil {
+			m.log.Debug("image pull secret not found", "namespace", rev.Namespace, "revision", rev.Name, "secret", ref.Name)
+			continue
+		}
+		secs = append(secs, *s)
+	}
+	return secs
+}
+
+func (m *Manager) secret(ns, name string) (*corev1.Secret, error) {
+	s, err := m.secrets.Secrets(ns).Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	return s, nil
+}
+
+func (m *Manager) configMap(ns, name string) (*corev1.ConfigMap, error) {
+	c, err := m.configMaps.ConfigMaps(ns).Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("configmap %q: %w", name, err)
+	}
+	return c, nil
+}
+
+// runtimeClass reads a RuntimeClass from the cache; NotFound when missing.
+func (m *Manager) runtimeClass(name string) (*nodev1.RuntimeClass, error) {
+	rc, err := m.runtimeClasses.Get(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("runtimeclass %q: %w", name, err)
+	}
+	return rc, nil
+}
+
+// Ensure makes the Manager run rev (idempotent) and returns what it knows
+// of it. It does no I/O: the revision's loop does the work.
+func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, error) {
+	if len(rev.Spec.Containers) == 0 {
+		return State{}, errors.New("ensure: the revision has no container")
+	}
+	k := key{rev.Namespace, rev.Name}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return State{}, errors.New("ensure: the revision manager is closed")
+	}
+	r := m.revs[k]
+	var claimed []string
+	var stale []pod.Status
+	if r == nil {
+		r = newRevision(m, k, rev)
+		claimed, stale = r.claim(m.orphans[k])
+		delete(m.orphans, k)
+		m.revs[k] = r
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			r.run()
+		}()
+	}
+	m.mu.Unlock()
+	for _, id := range claimed {
+		r.podChanged(id) // it may have changed since it was listed
+	}
+	m.stopOrphans(stale)
+	return r.update(rev), nil
+}
+
+// stopOrphans stops pods of an earlier process that no revision claims, in
+// the background.
+func (m *Manager) stopOrphans(sts []pod.Status) {
+	for _, st := range sts {
+		m.log.Info("stopping an instance of an earlier run that no revision claims", "instance", st.ID,
+			"namespace", st.Labels[LabelNamespace], "revision", st.Labels[LabelRevision])
+		m.mu.Lock()
+		delete(m.pods, st.ID)
+		m.mu.Unlock()
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if err := m.opts.Pods.Stop(m.ctx, st.ID, orphanGrace); err != nil {
+				m.log.Warn("stop an instance of an earlier run", "instance", st.ID, "err", err)
+			}
+		}()
+	}
+}
+
+// orphanGrace is the grace period of an instance of an earlier run whose
+// revision is gone.
+const orphanGrace = 30 * time.Second
+
+// Retain stops the instances of an earlier run whose revisions are not in
+// keep ("namespace/name"): the Revision reconciler calls it once it has
+// seen every Revision, so that instances of revisions deleted while knbox
+// was down do not run on.
+func (m *Manager) Retain(keep []string) {
+	want := map[string]bool{}
+	for _, k := range keep {
+		want[k] = true
+	}
+	var stale []pod.Status
+	m.mu.Lock()
+	for k, sts := range m.orphans {
+		if !want[k.String()] {
+			stale = append(stale, sts...)
+			delete(m.orphans, k)
+		}
+	}
+	m.mu.Unlock()
+	m.stopOrphans(stale)
+}
+
+// Remove stops every instance of the revision (orderly, as a scale-down
+// does) and removes its logs. It returns once all is gone or ctx is done;
+// the rest then goes on in the background.
+func (m *Manager) Remove(ctx context.Context, namespace, name string) error {
+	k := key{namespace, name}
+	m.mu.Lock()
+	stale := m.orphans[k]
+	delete(m.orphans, k)
+	m.mu.Unlock()
+	m.stopOrphans(stale)
+	if r := m.revision(namespace, name); r != nil {
+		r.remove()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return fmt.Errorf("remove %s: %w", k, ctx.Err())
+		}
+	}
+	return m.opts.Logs.Remove(namespace, name)
+}
+
+// forget drops r from the revisions once its loop has ended.
+func (m *Manager) forget(r *revision) {
+	m.mu.Lock()
+	if m.revs[r.key] == r {
+		delete(m.revs, r.key)
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) trackPod(id string, k key) {
+	m.mu.Lock()
+	m.pods[id] = k
+	m.mu.Unlock()
+}
+
+func (m *Manager) untrackPod(id string) {
+	m.mu.Lock()
+	delete(m.pods, id)
+	m.mu.Unlock()
+}
+
+func (m *Manager) revision(namespace, name string) *revision {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revs[key{namespace, name}]
+}
+
+// Ready returns the number of ready instances of the revision (for the
+// autoscaler; it takes no lock the autoscaler could wait on).
+func (m *Manager) Ready(namespace, name string) int32 {
+	r := m.revision(namespace, name)
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readyLocked()
+}
+
+// Poke tells the Manager that a request waits for the revision: a revision
+// that failed its progress deadline gets another attempt. It does not
+// change the scale (the autoscaler, poked too, does).
+func (m *Manager) Poke(namespace, name string) {
+	if r := m.revision(namespace, name); r != nil {
+		r.retry()
+	}
+}
+
+// Detach ends every goroutine of the Manager and leaves the instances
+// running, for the next process to adopt (see package pod's Detach and
+// Recover). It returns once every goroutine has ended or ctx ends.
+func (m *Manager) Detach(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cancel()
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("detach revision manager: %w", ctx.Err())
+	}
+}
+
+// Close stops every instance in order (drain, SIGTERM, grace, SIGKILL),
+// waiting at most until ctx is done, and returns once every goroutine of
+// the Manager has ended.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	revs := make([]*revision, 0, len(m.revs))
+	for _, r := range m.revs {
+		revs = append(revs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range revs {
+		r.remove()
+	}
+	var err error
+	for _, r := range revs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			err = fmt.Errorf("close revision manager: %w", ctx.Err())
+		}
+		if err != nil {
+			break
+		}
+	}
+	m.cancel()
+	m.wg.Wait()
+	return err
+}
+
+// Labels the Manager puts on its pods.
+const (
+	LabelNamespace   = "knbox.dev/namespace"
+	LabelRevision    = "serving.knative.dev/revision"
+	LabelRevisionUID = "serving.knative.dev/revisionUID"
+)

@@ -1,0 +1,857 @@
+package replicas
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/pod"
+)
+
+// Condition reasons this package reports, besides Knative's ExitCode<N>
+// and the pod runtime's (pod.ReasonImagePullBackOff,
+// pod.ReasonCreateContainerConfig, pod.ReasonRunContainer).
+const (
+	ReasonProgressDeadlineExceeded  = "ProgressDeadlineExceeded"
+	ReasonRuntimeClassNotFound      = "RuntimeClassNotFound"
+	ReasonRuntimeHandlerNotFound    = "RuntimeHandlerNotFound"
+	ReasonUnsupportedProbe          = "UnsupportedProbe"
+	ReasonDeploying                 = "Deploying"
+	ReasonMultiContainerUnsupported = "MultiContainerUnsupported"
+)
+
+// defaultTimeout is Knative's default revision timeout, used when a
+// revision has none: how long a drain may wait for requests in flight, and
+// the grace period between SIGTERM and SIGKILL.
+const defaultTimeout = 300 * time.Second
+
+// Retry backoff of what keeps instances from being created (a Secret
+// missing): doubling from retryBase up to retryCap. An informer event of
+// what the revision reads retries at once.
+const (
+	retryBase = 200 * time.Millisecond
+	retryCap  = 10 * time.Second
+)
+
+func retryAfter(failures int) time.Duration {
+	d := retryBase
+	for i := 1; i < failures && d < retryCap; i++ {
+		d *= 2
+	}
+	return min(d, retryCap)
+}
+
+// keptStoppedLogs is how many stopped instances of a revision keep their
+// log files.
+const keptStoppedLogs = 10
+
+// State is what the Manager knows of a revision.
+type State struct {
+	// Ready: an instance passed its readiness probe once (the deployment
+	// probe); a revision scaled to zero stays Ready.
+	Ready bool
+	// Failed: the revision cannot run now (image missing, container
+	// crashing, never ready within the progress deadline, unknown
+	// handler, ...), with the reason and message to show.
+	Failed  bool
+	Reason  string
+	Message string
+	// ResourcesFailed: the failure is of resources (handler), not of the
+	// container itself.
+	ResourcesFailed bool
+	// Actual is the number of ready instances.
+	Actual int32
+	// Want is the number of instances the Manager keeps now: the
+	// autoscaler's scale, at least one until the revision was ready once,
+	// none after the progress deadline passed.
+	Want int32
+}
+
+type failKind int
+
+const (
+	failStatic   failKind = iota // the revision can never run here
+	failHandler                  // no handler for it now (its RuntimeClass may come)
+	failConfig                   // an instance's spec cannot be assembled now
+	failPod                      // an instance failed (pull, start, exit)
+	failDeadline                 // not ready within the progress deadline
+)
+
+type failure struct {
+	kind            failKind
+	reason, message string
+	resources       bool
+}
+
+// runSpec is what a revision's instances run, derived once from the
+// revision.
+type runSpec struct {
+	// containers are the revision's containers in its order, with the
+	// defaults the runtime relies on; the serving one (with the port) is
+	// containers[serving].
+	containers []corev1.Container
+	refs       []string // the images, by container: digest references
+	serving    int
+	port       int32
+	h2c        bool
+	timeout    time.Duration // drain wait and termination grace period
+}
+
+// revision is the Manager's state of one revision. Its loop (run) keeps
+// the number of instances at the wanted scale.
+type revision struct {
+	m   *Manager
+	key key
+	log *slog.Logger
+
+	ctx    context.Context // ends the loop and all instance stops at once
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the loop and all instance stops ended
+	wake   chan struct{}
+	wg     sync.WaitGroup // instance stops
+
+	mu        sync.Mutex
+	rev       *servingv1.Revision
+	spec      runSpec
+	srcs      map[string]bool // the Secrets and ConfigMaps it reads
+	static    *failure
+	removing  bool
+	everReady bool
+	restored  bool      // ready before this Manager saw it: no deployment probe
+	attempt   time.Time // start of the current attempt to become ready
+	halted    bool      // the progress deadline passed: no instances until Poke
+	fail      *failure
+	blocked   *failure // no instance can be made now (handler, config)
+	retries   int      // failed attempts to make an instance, in a row
+	nextTry   time.Time
+	dirty     map[string]bool // changed sources whose volumes are to be rewritten
+	instances map[string]*instance
+	want      int32
+}
+
+// instance is one of the revision's pods, as the revision sees it.
+type instance struct {
+	id       string
+	born     time.Time
+	ready    bool
+	pulling  bool
+	stopping bool
+	exposed  bool // handed out by Endpoints since the last Drained
+	failures int  // the pod's failures already reported
+
+	drainedCh chan struct{}
+	drainOnce sync.Once
+}
+
+func (in *instance) drained() { in.drainOnce.Do(func() { close(in.drainedCh) }) }
+
+func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
+	r := &revision{
+		m:         m,
+		key:       k,
+		log:       m.log.With("namespace", k.namespace, "revision", k.name),
+		done:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		rev:       rev.DeepCopy(),
+		attempt:   time.Now(),
+		dirty:     map[string]bool{},
+		instances: map[string]*instance{},
+	}
+	r.ctx, r.cancel = context.WithCancel(m.ctx)
+	r.spec, r.static = runSpecFor(r.rev)
+	r.srcs = sources(&r.rev.Spec.PodSpec)
+	// A revision that was ready before (the daemon restarted) has passed
+	// its deployment probe: it runs what the autoscaler says.
+	st := &rev.Status
+	if c := st.GetCondition(servingv1.RevisionConditionContainerHealthy); c != nil && c.IsTrue() {
+		if c := st.GetCondition(servingv1.RevisionConditionResourcesAvailable); c != nil && c.IsTrue() {
+			r.everReady, r.restored = true, true
+		}
+	}
+	if r.static != nil {
+		r.log.Warn("revision cannot run", "reason", r.static.reason, "message", r.static.message)
+	}
+	return r
+}
+
+// claim takes over instances of an earlier process: those of this revision
+// (same UID) become its instances, as they are (ready, failures seen); the
+// others (a revision deleted and made again with the same name) are
+// returned to be stopped. Their files volumes are rewritten from the
+// informers at the first reconcile. m.mu is held.
+func (r *revision) claim(sts []pod.Status) (claimed []string, stale []pod.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range sts {
+		if st.Labels[LabelRevisionUID] != string(r.rev.UID) {
+			stale = append(stale, st)
+			continue
+		}
+		r.instances[st.ID] = &instance{id: st.ID, born: st.Created, ready: st.Ready, pulling: st.Pulling,
+			failures: st.Failures, drainedCh: make(chan struct{})}
+		claimed = append(claimed, st.ID)
+		r.log.Info("instance of an earlier run adopted", "instance", st.ID, "ready", st.Ready)
+	}
+	if len(claimed) > 0 {
+		for _, v := range r.rev.Spec.Volumes {
+			for src := range volumeSources(v) {
+				r.dirty[src] = true
+			}
+		}
+	}
+	return claimed, stale
+}
+
+// runSpecFor derives what rev's instances run, or why they never can.
+//
+// The serving container is the one with a port (the only one of a
+// single-container revision), as Knative's GetContainer picks it. Only its
+// probes are used: sidecars' probes matter to Knative only under the
+// multi-container-probing feature (off by default, and Knative's
+// validation then allows none), so they are dropped.
+func runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
+	s := runSpec{port: 8080, timeout: defaultTimeout}
+	for i := range rev.Spec.Containers {
+		c := *rev.Spec.Containers[i].DeepCopy()
+		ref := c.Image
+		// Knative pairs statuses and containers by index (BuildUserContainers).
+		if sts := rev.Status.ContainerStatuses; i < len(sts) && sts[i].ImageDigest != "" {
+			ref = sts[i].ImageDigest
+		}
+		if len(c.Ports) > 0 && len(rev.Spec.Containers) > 1 {
+			s.serving = i
+		}
+		s.containers = append(s.containers, c)
+		s.refs = append(s.refs, ref)
+	}
+	if rev.Spec.TimeoutSeconds != nil && *rev.Spec.TimeoutSeconds > 0 {
+		s.timeout = time.Duration(*rev.Spec.TimeoutSeconds) * time.Second
+	}
+	if len(s.containers) == 0 {
+		return s, &failure{kind: failStatic, reason: pod.ReasonCreateContainerConfig, message: "the revision has no container"}
+	}
+	c := &s.containers[s.serving]
+	if len(c.Ports) > 0 {
+		if c.Ports[0].ContainerPort > 0 {
+			s.port = c.Ports[0].ContainerPort
+		}
+		s.h2c = c.Ports[0].Name == "h2c"
+	}
+	for i := range s.containers {
+		if i != s.serving {
+			sc := &s.containers[i]
+			sc.ReadinessProbe, sc.LivenessProbe, sc.StartupProbe = nil, nil, nil
+		}
+	}
+	// Knative's default: a TCP probe of the port.
+	if c.ReadinessProbe == nil {
+		c.ReadinessProbe = &corev1.Probe{}
+	}
+	if c.ReadinessProbe.TCPSocket == nil && c.ReadinessProbe.HTTPGet == nil && c.ReadinessProbe.Exec == nil && c.ReadinessProbe.GRPC == nil {
+		c.ReadinessProbe.TCPSocket = &corev1.TCPSocketAction{Port: intstr.FromInt32(s.port)}
+	}
+	for _, p := range []struct {
+		what  string
+		probe *corev1.Probe
+	}{{"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}, {"startupProbe", c.StartupProbe}} {
+		if err := pod.CheckProbe(p.what, p.probe); err != nil {
+			return s, &failure{kind: failStatic, reason: ReasonUnsupportedProbe, message: err.Error()}
+		}
+	}
+	c.StartupProbe = nil
+	return s, nil
+}
+
+// handlerLocked resolves the revision's handler through its RuntimeClass,
+// or says why there is none now.
+func (r *revision) handlerLocked() (string, *failure) {
+	class := ""
+	if r.rev.Spec.RuntimeClassName != nil {
+		class = *r.rev.Spec.RuntimeClassName
+	}
+	if class == "" {
+		class = r.m.opts.DefaultRuntimeClass
+	}
+	name := DefaultHandler
+	if class != "" {
+		rc, err := r.m.runtimeClass(class)
+		if err != nil {
+			if isNotFound(err) {
+				return "", &failure{kind: failHandler, resources: true, reason: ReasonRuntimeClassNotFound,
+					message: fmt.Sprintf("RuntimeClass %q does not exist", class)}
+			}
+			return "", &failure{kind: failHandler, resources: true, reason: ReasonRuntimeClassNotFound, message: err.Error()}
+		}
+		name = rc.Handler
+	}
+	info, ok := r.m.opts.Pods.Handler(name)
+	if !ok {
+		names := r.m.opts.Pods.Handlers()
+		msg := fmt.Sprintf("runtime handler %q is not available on this host (available: %v)", name, names)
+		if class != "" {
+			msg = fmt.Sprintf("RuntimeClass %q names runtime handler %q, which is not available on this host (available: %v)", class, name, names)
+		}
+		return "", &failure{kind: failHandler, resources: true, reason: ReasonRuntimeHandlerNotFound, message: msg}
+	}
+	if n := len(r.spec.containers); n > 1 && !info.MultiContainer {
+		return "", &failure{kind: failHandler, resources: true, reason: ReasonMultiContainerUnsupported,
+			message: fmt.Sprintf("runtime handler %q runs one container per instance; this revision has %d (use an OCI runtime such as runc or runsc)", name, n)}
+	}
+	return name, nil
+}
+
+// podSpecLocked assembles instance id's pod: environment and volumes read
+// from the informers' caches, the handler resolved.
+func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
+	m, rev, s := r.m, r.rev, &r.spec
+	spec := pod.Spec{
+		ID: id,
+		Labels: map[string]string{
+			LabelNamespace:   r.key.namespace,
+			LabelRevision:    r.key.name,
+			LabelRevisionUID: string(rev.UID),
+		},
+		Handler:     handler,
+		Security:    rev.Spec.SecurityContext,
+		Images:      s.refs,
+		Serving:     s.serving,
+		Port:        s.port,
+		H2C:         s.h2c,
+		GracePeriod: s.timeout,
+		PullSecrets: m.pullSecrets(rev),
+	}
+	var err error
+	if spec.LogPath, err = m.opts.Logs.Path(r.key.namespace, r.key.name, id); err != nil {
+		return pod.Spec{}, err
+	}
+	for i := range s.containers {
+		c := s.containers[i].DeepCopy()
+		// Knative gives PORT to the serving container only (makeServingContainer).
+		port := s.port
+		if i != s.serving {
+			port = 0
+		}
+		env, err := m.buildEnv(rev, c, port, instanceMeta{name: id})
+		if err != nil {
+			if len(s.containers) > 1 {
+				return pod.Spec{}, configErrorf("container %s: %w", c.Name, err)
+			}
+			return pod.Spec{}, err
+		}
+		c.Env, c.EnvFrom = env, nil
+		spec.Containers = append(spec.Containers, *c)
+	}
+	if spec.Volumes, err = m.volumes(r.key.namespace, rev.Spec.Volumes); err != nil {
+		return pod.Spec{}, err
+	}
+	return spec, nil
+}
+
+// update records the latest revision object and returns the state.
+func (r *revision) update(rev *servingv1.Revision) State {
+	desired, known := r.m.opts.Scale.Desired(r.key.namespace, r.key.name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rev = rev.DeepCopy()
+	r.want = r.wantLocked(desired, known)
+	return r.stateLocked()
+}
+
+// reads tells whether the revision reads a source ("Secret/<name>", ...).
+func (r *revision) reads(src string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.srcs[src]
+}
+
+// inputChanged is an informer's word that a source the revision reads
+// changed: its volumes are rewritten, and what could not be made is tried
+// again at once.
+func (r *revision) inputChanged(src string) {
+	r.mu.Lock()
+	for _, v := range r.rev.Spec.Volumes {
+		if volumeSources(v)[src] {
+			r.dirty[src] = true
+		}
+	}
+	r.nextTry = time.Time{}
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *revision) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wantLocked is the number of instances wanted now, given the autoscaler's
+// desired scale (known false: it has not decided yet).
+func (r *revision) wantLocked(desired int32, known bool) int32 {
+	if r.static != nil || r.halted || r.removing {
+		return 0
+	}
+	d := desired
+	if !known {
+		d = 0
+		if !r.restored {
+			d = 1 // initial scale until the autoscaler speaks
+		}
+	}
+	if !r.everReady && d < 1 {
+		d = 1 // the deployment probe
+	}
+	return d
+}
+
+func (r *revision) readyLocked() int32 {
+	var n int32
+	for _, in := range r.instances {
+		if in.ready && !in.stopping {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *revision) stateLocked() State {
+	ready := r.readyLocked()
+	st := State{Actual: ready, Want: r.want}
+	f := r.static
+	if f == nil && ready == 0 {
+		f = r.fail
+		if f == nil || f.kind == failPod {
+			if r.blocked != nil {
+				f = r.blocked
+			}
+		}
+	}
+	switch {
+	case f != nil:
+		st.Failed, st.Reason, st.Message, st.ResourcesFailed = true, f.reason, f.message, f.resources
+		if f.kind == failHandler {
+			st.Want = 0
+		}
+	case r.everReady:
+		st.Ready = true
+	default:
+		st.Reason = ReasonDeploying
+		st.Message = "waiting for the first instance to become ready"
+		for _, in := range r.instances {
+			if in.pulling && !in.stopping {
+				st.Message = "pulling image " + strings.Join(r.spec.refs, ", ")
+				break
+			}
+		}
+		if !r.m.inputsSynced() {
+			st.Message = "waiting for the API's Secrets, ConfigMaps and RuntimeClasses"
+		}
+	}
+	return st
+}
+
+// retry gives a revision that failed its progress deadline another
+// attempt (a request waits for it).
+func (r *revision) retry() {
+	r.mu.Lock()
+	halted := r.halted
+	if halted {
+		r.halted, r.fail, r.attempt = false, nil, time.Now()
+	}
+	r.mu.Unlock()
+	if halted {
+		r.poke()
+		r.m.notify(r.key)
+	}
+}
+
+// remove makes the loop stop every instance and end.
+func (r *revision) remove() {
+	r.mu.Lock()
+	r.removing = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+// run is the revision's loop. It ends when the revision is removed and its
+// instances are gone, or at once when r.ctx ends.
+func (r *revision) run() {
+	defer func() {
+		r.cancel()
+		r.wg.Wait()
+		r.m.forget(r)
+		close(r.done)
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := r.reconcile()
+		r.mu.Lock()
+		finished := r.removing && len(r.instances) == 0
+		r.mu.Unlock()
+		if finished {
+			return
+		}
+		timer.Stop()
+		var tc <-chan time.Time
+		if next > 0 {
+			timer.Reset(next)
+			tc = timer.C
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.wake:
+		case <-tc:
+		}
+	}
+}
+
+// inputsRetry is how soon a revision that wants instances looks again
+// while the informers have not synced.
+const inputsRetry = 100 * time.Millisecond
+
+// volumeUpdate is new content for one volume of one instance.
+type volumeUpdate struct {
+	id, volume string
+	files      map[string]pod.File
+}
+
+// reconcile starts or stops instances to reach the wanted scale and
+// rewrites volumes whose sources changed. It returns when it wants to run
+// again (0: only when woken). Nothing in it waits on I/O with the lock
+// held: pods are run, stopped and updated after it is released.
+func (r *revision) reconcile() time.Duration {
+	desired, known := r.m.opts.Scale.Desired(r.key.namespace, r.key.name)
+	synced := r.m.inputsSynced()
+	var (
+		toRun   []pod.Spec
+		toStop  []*instance
+		updates []volumeUpdate
+		changed bool
+		next    time.Duration
+	)
+	r.mu.Lock()
+	now := time.Now()
+	want := r.wantLocked(desired, known)
+	if r.m.deadline > 0 && want > 0 && !r.everReady {
+		left := r.attempt.Add(r.m.deadline).Sub(now)
+		if left <= 0 {
+			msg := fmt.Sprintf("the revision did not become ready within the progress deadline (%v)", r.m.deadline)
+			if last := r.lastFailureLocked(); last != nil {
+				msg += "; last failure: " + last.reason + ": " + last.message
+			}
+			r.fail = &failure{kind: failDeadline, reason: ReasonProgressDeadlineExceeded, message: msg}
+			r.halted = true
+			r.log.Warn("revision failed", "reason", r.fail.reason, "message", msg)
+			want = 0
+			changed = true
+		} else {
+			next = left
+		}
+	}
+
+	var live []*instance
+	for _, in := range r.instances {
+		if !in.stopping {
+			live = append(live, in)
+		}
+	}
+	handler, canMake := "", synced
+	if !synced && want > int32(len(live)) {
+		// The informers' first list has not arrived: nothing says yet
+		// whether the RuntimeClass exists, and its arrival may wake
+		// only the revisions that name what it listed. Look again soon.
+		next = minPositive(next, inputsRetry)
+	}
+	switch {
+	case want <= int32(len(live)):
+		// Nothing to make: what kept instances from being made is moot.
+		if r.blocked != nil {
+			r.blocked, r.retries, changed = nil, 0, true
+		}
+		canMake = false
+	case synced:
+		h, f := r.handlerLocked()
+		if f != nil {
+			if r.blocked == nil || *r.blocked != *f {
+				r.log.Warn("no instance can be made", "reason", f.reason, "message", f.message)
+				changed = true
+			}
+			r.blocked, canMake = f, false
+			break
+		}
+		handler = h
+		if r.blocked != nil && r.blocked.kind == failHandler {
+			r.blocked, changed = nil, true
+		}
+		if wait := r.nextTry.Sub(now); wait > 0 {
+			next, canMake = minPositive(next, wait), false
+		}
+	}
+	for n := int32(len(live)); n < want && canMake; n++ {
+		id := r.newInstanceIDLocked()
+		spec, err := r.podSpecLocked(id, handler)
+		if err != nil {
+			r.retries++
+			d := retryAfter(r.retries)
+			r.nextTry = now.Add(d)
+			f := &failure{kind: failConfig, reason: pod.ReasonCreateContainerConfig, message: err.Error()}
+			if !pod.IsConfigError(err) {
+				f.reason = pod.ReasonRunContainer
+			}
+			if r.blocked == nil || *r.blocked != *f {
+				r.log.Warn("instance cannot be made", "reason", f.reason, "err", err, "retryIn", d)
+			}
+			r.blocked = f
+			changed = true
+			next = minPositive(next, d)
+			break
+		}
+		if r.blocked != nil {
+			r.blocked, r.retries = nil, 0
+		}
+		in := &instance{id: id, born: time.Now(), pulling: true, drainedCh: make(chan struct{})}
+		r.instances[id] = in
+		toRun = append(toRun, spec)
+		changed = true
+	}
+	if extra := len(live) - int(want); extra > 0 {
+		// Not ready ones first, then the newest.
+		slices.SortFunc(live, func(a, b *instance) int {
+			if a.ready != b.ready {
+				if !a.ready {
+					return -1
+				}
+				return 1
+			}
+			return b.born.Compare(a.born)
+		})
+		for _, in := range live[:extra] {
+			in.stopping = true
+			toStop = append(toStop, in)
+		}
+		changed = true
+	}
+	if len(r.dirty) > 0 {
+		updates = r.volumeUpdatesLocked()
+	}
+	r.want = want
+	r.mu.Unlock()
+
+	for _, spec := range toRun {
+		r.m.trackPod(spec.ID, r.key)
+		if err := r.m.opts.Pods.Run(r.ctx, spec); err != nil {
+			// The pod runtime refuses the spec: tried again with backoff.
+			r.mu.Lock()
+			delete(r.instances, spec.ID)
+			r.retries++
+			d := retryAfter(r.retries)
+			r.nextTry = time.Now().Add(d)
+			r.blocked = &failure{kind: failConfig, reason: pod.ReasonRunContainer, message: err.Error()}
+			r.mu.Unlock()
+			r.log.Warn("run instance", "instance", spec.ID, "err", err, "retryIn", d)
+			r.m.untrackPod(spec.ID)
+			next = minPositive(next, d)
+			continue
+		}
+		r.podChanged(spec.ID) // it may have changed before it was tracked
+	}
+	for _, in := range toStop {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.stop(in)
+		}()
+	}
+	for _, u := range updates {
+		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+		if err := r.m.opts.Pods.UpdateVolume(ctx, u.id, u.volume, u.files); err != nil {
+			r.log.Warn("volume not updated; it keeps its content", "instance", u.id, "volume", u.volume, "err", err)
+		}
+		cancel()
+	}
+	if changed {
+		r.m.notify(r.key)
+	}
+	return next
+}
+
+// lastFailureLocked is what to name as the last failure.
+func (r *revision) lastFailureLocked() *failure {
+	if r.fail != nil {
+		return r.fail
+	}
+	return r.blocked
+}
+
+// volumeUpdatesLocked reads the volumes whose sources changed, for every
+// instance that runs. A source that cannot be read leaves the volume as it
+// is.
+func (r *revision) volumeUpdatesLocked() []volumeUpdate {
+	var out []volumeUpdate
+	for _, v := range r.rev.Spec.Volumes {
+		touched := false
+		for src := range volumeSources(v) {
+			touched = touched || r.dirty[src]
+		}
+		if !touched {
+			continue
+		}
+		files, err := r.m.volumeFiles(r.key.namespace, v)
+		if err != nil {
+			r.log.Warn("volume not updated; it keeps its content", "volume", v.Name, "err", err)
+			continue
+		}
+		for id, in := range r.instances {
+			if !in.stopping {
+				out = append(out, volumeUpdate{id: id, volume: v.Name, files: files})
+			}
+		}
+	}
+	clear(r.dirty)
+	return out
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 {
+		return b
+	}
+	if b <= 0 {
+		return a
+	}
+	return min(a, b)
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// newInstanceIDLocked names a new instance "<revision>-<8 random
+// characters>", as the pods of a Deployment are named; the revision part is
+// cut to keep the name short (it names a container, a directory and a
+// socket path).
+func (r *revision) newInstanceIDLocked() string {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		for i := range b {
+			b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+		}
+		name := strings.TrimRight(r.key.name[:min(len(r.key.name), 40)], "-")
+		id := name + "-" + string(b[:])
+		if r.instances[id] == nil {
+			return id
+		}
+	}
+}
+
+// podChanged takes a pod's status into the instance: readiness, pulling,
+// and a failure the revision has not seen yet.
+func (r *revision) podChanged(id string) {
+	st, ok := r.m.opts.Pods.Status(id)
+	r.mu.Lock()
+	in := r.instances[id]
+	if in == nil || !ok {
+		r.mu.Unlock()
+		return
+	}
+	changed, first := false, false
+	ready := st.Ready && !in.stopping
+	if in.ready != ready {
+		in.ready, changed = ready, true
+		if ready {
+			if !r.everReady {
+				r.log.Info("revision ready", "instance", id, "sinceCreated", time.Since(in.born))
+				first = true
+			}
+			r.everReady = true
+			r.fail = nil
+		}
+	}
+	if in.pulling != st.Pulling {
+		in.pulling, changed = st.Pulling, true
+	}
+	if st.Failures > in.failures {
+		in.failures = st.Failures
+		if f := st.LastFailure; f != nil {
+			r.fail = r.podFailure(f)
+			changed = true
+		}
+	}
+	r.mu.Unlock()
+	if first {
+		// The deployment probe is done: what is wanted may drop (to the
+		// autoscaler's scale, zero for initial-scale 0), so the loop runs.
+		r.poke()
+	}
+	if changed {
+		r.m.notify(r.key)
+	}
+}
+
+// podFailure is how a pod's failure reads on the revision. An exit is
+// reported as Knative reports it (ExitCode<N>, "Container failed with:
+// ..."); in a revision with several containers the message names the one
+// that failed, because the whole instance restarts for it.
+func (r *revision) podFailure(f *pod.Failure) *failure {
+	switch f.Reason {
+	case pod.ReasonError, pod.ReasonUnhealthy:
+		msg := f.Message
+		if len(r.spec.containers) > 1 && f.Container != "" {
+			msg = "container " + f.Container + ": " + msg
+		}
+		return &failure{kind: failPod, reason: servingv1.ExitCodeReason(int32(f.ExitCode)), message: servingv1.RevisionContainerExitingMessage(msg)}
+	default:
+		return &failure{kind: failPod, reason: f.Reason, message: f.Message}
+	}
+}
+
+// stop stops an instance in order: it left the endpoints already; if the
+// router may have requests on it (it was exposed), wait for Drained, at
+// most the revision's timeout; then SIGTERM, the grace period, SIGKILL.
+func (r *revision) stop(in *instance) {
+	r.mu.Lock()
+	exposed, grace := in.exposed, r.spec.timeout
+	r.mu.Unlock()
+	r.m.notify(r.key) // the endpoints changed
+	if exposed {
+		t := time.NewTimer(grace)
+		select {
+		case <-in.drainedCh:
+		case <-t.C:
+			r.log.Info("drain timed out", "instance", in.id, "after", grace)
+		case <-r.ctx.Done():
+		}
+		t.Stop()
+	}
+	if err := r.m.opts.Pods.Stop(r.ctx, in.id, grace); err != nil {
+		r.log.Warn("stop instance", "instance", in.id, "err", err)
+	}
+	r.instanceEnded(in)
+}
+
+// instanceEnded forgets a stopped instance and prunes the logs of old ones.
+func (r *revision) instanceEnded(in *instance) {
+	r.mu.Lock()
+	delete(r.instances, in.id)
+	live := make(map[string]bool, len(r.instances))
+	for id := range r.instances {
+		live[id] = true
+	}
+	r.mu.Unlock()
+	r.m.untrackPod(in.id)
+	if err := r.m.opts.Logs.Prune(r.key.namespace, r.key.name, live, keptStoppedLogs); err != nil {
+		r.log.Warn("prune logs", "err", err)
+	}
+	r.poke()
+	r.m.notify(r.key)
+}

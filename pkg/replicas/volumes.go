@@ -1,0 +1,206 @@
+package replicas
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/knbox/knbox/pkg/pod"
+)
+
+// volumes returns the revision's volumes with their files read from the
+// informers' caches. A missing Secret or ConfigMap that is not optional is
+// a config error.
+func (m *Manager) volumes(ns string, vols []corev1.Volume) ([]pod.Volume, error) {
+	out := make([]pod.Volume, 0, len(vols))
+	for _, v := range vols {
+		if v.EmptyDir != nil {
+			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true})
+			continue
+		}
+		files, err := m.volumeFiles(ns, v)
+		if err != nil {
+			return nil, configErrorf("volume %s: %w", v.Name, err)
+		}
+		out = append(out, pod.Volume{Name: v.Name, Files: files})
+	}
+	return out, nil
+}
+
+// volumeFiles is what a Secret, ConfigMap or projected volume holds now:
+// its files by slash-separated path relative to the volume.
+func (m *Manager) volumeFiles(ns string, v corev1.Volume) (map[string]pod.File, error) {
+	files := map[string]pod.File{}
+	switch {
+	case v.Secret != nil:
+		if err := m.secretFiles(files, ns, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, v.Secret.DefaultMode); err != nil {
+			return nil, err
+		}
+	case v.ConfigMap != nil:
+		if err := m.configMapFiles(files, ns, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, v.ConfigMap.DefaultMode); err != nil {
+			return nil, err
+		}
+	case v.Projected != nil:
+		for j, src := range v.Projected.Sources {
+			var err error
+			switch {
+			case src.Secret != nil:
+				err = m.secretFiles(files, ns, src.Secret.Name, src.Secret.Items, src.Secret.Optional, v.Projected.DefaultMode)
+			case src.ConfigMap != nil:
+				err = m.configMapFiles(files, ns, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, v.Projected.DefaultMode)
+			default:
+				err = fmt.Errorf("sources[%d]: only secret and configMap sources are supported", j)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, errors.New("only secret, configMap, projected and emptyDir volumes are supported")
+	}
+	// A path cannot be a file and a directory at once ("a" and "a/b").
+	for p := range files {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if _, ok := files[d]; ok {
+				return nil, fmt.Errorf("item paths %q and %q: %q cannot be a file and a directory", d, p, d)
+			}
+		}
+	}
+	return files, nil
+}
+
+func (m *Manager) secretFiles(files map[string]pod.File, ns, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
+	sec, err := m.secret(ns, name)
+	if err != nil {
+		if isNotFound(err) && ptrTrue(optional) {
+			return nil
+		}
+		return err
+	}
+	data := map[string][]byte{}
+	for k, v := range sec.Data {
+		data[k] = v
+	}
+	for k, v := range sec.StringData {
+		data[k] = []byte(v)
+	}
+	return keyFiles(files, "secret "+name, data, items, optional, mode)
+}
+
+func (m *Manager) configMapFiles(files map[string]pod.File, ns, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
+	cm, err := m.configMap(ns, name)
+	if err != nil {
+		if isNotFound(err) && ptrTrue(optional) {
+			return nil
+		}
+		return err
+	}
+	data := map[string][]byte{}
+	for k, v := range cm.BinaryData {
+		data[k] = v
+	}
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	return keyFiles(files, "configmap "+name, data, items, optional, mode)
+}
+
+// keyFiles adds data's keys (or the listed items) to files.
+func keyFiles(files map[string]pod.File, what string, data map[string][]byte, items []corev1.KeyToPath, optional *bool, defMode *int32) error {
+	mode := os.FileMode(0o644)
+	if defMode != nil {
+		mode = os.FileMode(*defMode & 0o777)
+	}
+	if len(items) == 0 {
+		for k := range data {
+			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		}
+	}
+	for _, it := range items {
+		v, ok := data[it.Key]
+		if !ok {
+			if ptrTrue(optional) {
+				continue
+			}
+			return fmt.Errorf("%s has no key %q", what, it.Key)
+		}
+		p := path.Clean(it.Path)
+		if it.Path == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+			return fmt.Errorf("%s: item path %q must be relative and stay in the volume", what, it.Path)
+		}
+		if strings.HasPrefix(p, "..") {
+			// As in Kubernetes: the volume's own ..data entries start so.
+			return fmt.Errorf("%s: item path %q must not start with '..'", what, it.Path)
+		}
+		m := mode
+		if it.Mode != nil {
+			m = os.FileMode(*it.Mode & 0o777)
+		}
+		files[p] = pod.File{Data: v, Mode: m}
+	}
+	return nil
+}
+
+// sources names the Secrets and ConfigMaps a revision reads (env, envFrom,
+// volumes, imagePullSecrets), as "Secret/<name>" and "ConfigMap/<name>".
+func sources(spec *corev1.PodSpec) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range spec.Containers {
+		for _, from := range c.EnvFrom {
+			if from.ConfigMapRef != nil {
+				out["ConfigMap/"+from.ConfigMapRef.Name] = true
+			}
+			if from.SecretRef != nil {
+				out["Secret/"+from.SecretRef.Name] = true
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				out["Secret/"+r.Name] = true
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				out["ConfigMap/"+r.Name] = true
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		for k := range volumeSources(v) {
+			out[k] = true
+		}
+	}
+	for _, s := range spec.ImagePullSecrets {
+		out["Secret/"+s.Name] = true
+	}
+	if spec.ServiceAccountName != "" {
+		out["ServiceAccount/"+spec.ServiceAccountName] = true
+	}
+	return out
+}
+
+// volumeSources names the Secrets and ConfigMaps one volume reads.
+func volumeSources(v corev1.Volume) map[string]bool {
+	out := map[string]bool{}
+	switch {
+	case v.Secret != nil:
+		out["Secret/"+v.Secret.SecretName] = true
+	case v.ConfigMap != nil:
+		out["ConfigMap/"+v.ConfigMap.Name] = true
+	case v.Projected != nil:
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				out["Secret/"+src.Secret.Name] = true
+			}
+			if src.ConfigMap != nil {
+				out["ConfigMap/"+src.ConfigMap.Name] = true
+			}
+		}
+	}
+	return out
+}
