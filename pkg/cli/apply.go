@@ -1,153 +1,269 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
+	"k8s.io/apimachinery/pkg/util/jsonmergepatch"
+	"k8s.io/apimachinery/pkg/util/mergepatch"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/cli-runtime/pkg/resource"
+	"k8s.io/client-go/kubernetes/scheme"
+	kubectlutil "k8s.io/kubectl/pkg/util"
 )
 
-// Action is what apply did to an object.
-type Action string
+// LastAppliedAnnotation holds the configuration last applied to an object,
+// as kubectl's client-side apply keeps it.
+const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// The actions, worded as kubectl prints them.
+// DefaultFieldManager names knbox apply in the objects it writes.
+const DefaultFieldManager = "knbox"
+
+// The actions apply reports, worded as kubectl prints them.
 const (
-	Created    Action = "created"
-	Configured Action = "configured"
-	Unchanged  Action = "unchanged"
+	created    = "created"
+	configured = "configured"
+	unchanged  = "unchanged"
 )
 
-// Result is the outcome of applying one document.
-type Result struct {
-	Doc    Document
-	Ref    string // "service.serving.knative.dev/hello"; "" if unknown
-	Action Action // "" when Err is set
-	Err    error  // names the document and carries the server's message
+// applyOptions are apply's flags.
+type applyOptions struct {
+	files        []string
+	recursive    bool
+	fieldManager string
 }
 
-// String is the line kubectl prints for a success:
-// "service.serving.knative.dev/hello created".
-func (r Result) String() string {
-	if r.Err != nil {
-		return r.Err.Error()
+func applyCommand(s *session) *cobra.Command {
+	o := applyOptions{fieldManager: DefaultFieldManager}
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR|- [-f ...]",
+		Short: "Create or update objects from manifests, as kubectl apply does",
+		Long: `Create or update the objects that YAML or JSON manifests describe.
+
+A manifest is a file, a directory (its *.yaml, *.yml and *.json files in
+name order; with -R those of its subdirectories too) or - for stdin; a file
+may hold several YAML documents separated by --- lines. Objects that exist
+are updated with kubectl's three-way merge of the last applied configuration
+(the kubectl.kubernetes.io/last-applied-configuration annotation), the
+manifest and the live object: a field removed from the manifest is removed
+from the object, fields that others set are kept. knbox apply and kubectl
+apply manage the same objects.
+
+A document that is no Kubernetes object (neither apiVersion nor kind, such
+as a knbox configuration file) is skipped with a note. Every document is
+tried; the command fails at the end if any did, naming the file, the
+document and the field.`,
+		Example:      "  knbox apply -f service.yaml\n  knbox apply -f examples/\n  cat service.yaml | knbox apply -f -",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
 	}
-	return r.Ref + " " + string(r.Action)
+	s.addFlags(cmd, true)
+	fl := cmd.Flags()
+	fl.StringArrayVarP(&o.files, "filename", "f", nil, "manifest file, directory or - (stdin); repeatable")
+	fl.BoolVarP(&o.recursive, "recursive", "R", false, "also read the manifests in the subdirectories of a directory given with -f")
+	fl.StringVar(&o.fieldManager, "field-manager", o.fieldManager, "name of the manager the server records for the fields apply writes")
+	cmd.RunE = s.run(func(_ *cobra.Command, _ []string, streams genericiooptions.IOStreams) error {
+		if len(o.files) == 0 {
+			return errors.New("give the manifests to apply with -f FILE|DIR|-")
+		}
+		docs, err := ReadPaths(o.files, o.recursive, streams.In)
+		if err != nil {
+			return err
+		}
+		return s.apply(streams, docs, o)
+	})
+	return cmd
 }
 
-// Apply applies the documents in order, going on after a failure. The
-// error joins every document's failure (nil when all succeeded).
-func (c *Client) Apply(ctx context.Context, docs []Document) ([]Result, error) {
-	var results []Result
+// apply applies the documents in order, going on after a failure, and
+// prints a line per object applied (and a note per document skipped). The
+// error joins every document's failure, each naming its document.
+func (s *session) apply(streams genericiooptions.IOStreams, docs []Document, o applyOptions) error {
 	var errs []error
+	objects := 0
 	for _, d := range docs {
-		r := c.ApplyOne(ctx, d)
-		results = append(results, r)
-		if r.Err != nil {
-			errs = append(errs, r.Err)
+		switch {
+		case d.Skipped:
+			fmt.Fprintln(streams.ErrOut, d.SkipNote())
+			continue
+		case d.Err != nil:
+			errs = append(errs, d.Err)
+			continue
+		}
+		objects++
+		info, err := s.info(d)
+		if err == nil {
+			err = applyInfo(info, o.fieldManager, streams.Out)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.Where(), s.explain(err)))
 		}
 	}
-	return results, errors.Join(errs...)
+	if objects == 0 && len(errs) == 0 {
+		return fmt.Errorf("no objects to apply in %v", o.files)
+	}
+	return errors.Join(errs...)
 }
 
-// ApplyOne creates the document's object if it is absent, and otherwise
-// patches it with kubectl's client-side apply: a JSON merge patch from the
-// three-way merge of the last applied configuration (the annotation), the
-// document and the live object. A patch that changes nothing on the server
-// (same resourceVersion) counts as unchanged.
-func (c *Client) ApplyOne(ctx context.Context, d Document) Result {
-	res := Result{Doc: d}
-	if d.Err != nil {
-		res.Err = d.Err
-		return res
-	}
-	fail := func(err error) Result {
-		res.Err = fmt.Errorf("%s: %w", d.Where(), Human(err))
-		return res
-	}
-	r, err := c.Resolver()
-	if err != nil {
-		return fail(err)
-	}
+// info maps a document to its resource on the server, with the namespace
+// the command means: the document's, else -n's or the context's; a
+// document in another namespace than the one -n names is an error.
+func (s *session) info(d Document) (*resource.Info, error) {
 	obj := d.Object.DeepCopy()
-	gvk := schema.FromAPIVersionAndKind(obj.GetAPIVersion(), obj.GetKind())
-	m, err := r.ForKind(gvk)
+	gvk := obj.GroupVersionKind()
+	mapper, err := s.conn.ToRESTMapper()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	name := obj.GetName()
-	if name == "" {
-		return fail(errors.New("metadata.name: Required value (apply needs a name)"))
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("no matches for kind %q in version %q%s", gvk.Kind, gvk.GroupVersion(), s.kindHint(gvk))
 	}
-	res.Ref = m.Ref(name)
-	ns := ""
-	if m.Namespaced {
-		ns = obj.GetNamespace()
-		switch {
-		case ns == "":
-			ns = c.Namespace
+	if err != nil {
+		return nil, err
+	}
+	if obj.GetName() == "" {
+		return nil, errors.New("metadata.name: Required value (apply needs a name)")
+	}
+	ns, explicit, err := s.conn.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, err
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		switch own := obj.GetNamespace(); {
+		case own == "":
 			obj.SetNamespace(ns)
-		case c.EnforceNamespace && ns != c.Namespace:
-			return fail(fmt.Errorf("the namespace of the object (%q) does not match the namespace given (%q): leave out -n or pass -n %s", ns, c.Namespace, ns))
+		case explicit && own != ns:
+			return nil, fmt.Errorf("the namespace of the object (%q) does not match the namespace given (%q): leave out -n or pass -n %s", own, ns, own)
 		}
 	} else {
 		obj.SetNamespace("")
 	}
-	modified, modObj, err := withLastApplied(obj)
+	client, err := s.factory.UnstructuredClientForMapping(mapping)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	ri := c.dynamicFor(m, ns)
-	for attempt := 0; ; attempt++ {
-		live, err := ri.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = ri.Create(ctx, modObj, metav1.CreateOptions{FieldManager: FieldManager})
+	return &resource.Info{
+		Client: client, Mapping: mapping, Source: d.Where(),
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), Object: obj,
+	}, nil
+}
+
+// applyInfo creates the object if it is absent and otherwise patches it
+// as kubectl's client-side apply does, then prints what it did.
+func applyInfo(info *resource.Info, fieldManager string, out io.Writer) error {
+	helper := resource.NewHelper(info.Client, info.Mapping).WithFieldManager(fieldManager)
+	modified, err := kubectlutil.GetModifiedConfiguration(info.Object, true, unstructured.UnstructuredJSONScheme)
+	if err != nil {
+		return err
+	}
+	action := ""
+	for attempt := 0; action == ""; attempt++ {
+		live, err := helper.Get(info.Namespace, info.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			if err := kubectlutil.CreateApplyAnnotation(info.Object, unstructured.UnstructuredJSONScheme); err != nil {
+				return err
+			}
+			_, err = helper.Create(info.Namespace, true, info.Object)
 			if apierrors.IsAlreadyExists(err) && attempt == 0 {
 				continue // created meanwhile: patch it instead
 			}
 			if err != nil {
-				return fail(err)
+				return err
 			}
-			res.Action = Created
-			return res
+			action = created
+		case err != nil:
+			return err
+		default:
+			if action, err = patch(helper, info, live, modified); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return fail(err)
-		}
-		action, err := c.patch(ctx, ri, live, modified)
-		if err != nil {
-			return fail(err)
-		}
-		res.Action = action
-		return res
 	}
+	return (&printers.NamePrinter{Operation: action}).PrintObj(info.Object, out)
 }
 
-func (c *Client) patch(ctx context.Context, ri dynamic.ResourceInterface, live *unstructured.Unstructured, modified []byte) (Action, error) {
-	current, err := json.Marshal(live.Object)
+// patch sends the three-way merge of the last applied configuration
+// (original), the manifest (modified) and the live object: what modified
+// adds or changes relative to live, and the deletion of what original had
+// and modified no longer has. Kinds that client-go's scheme knows get a
+// strategic merge patch (lists merged by their keys), every other kind
+// (Knative's, as custom resources on a cluster) a JSON merge patch:
+// kubectl's choice. A patch that changes nothing on the server counts as
+// unchanged (kubectl would say configured).
+func patch(helper *resource.Helper, info *resource.Info, live runtime.Object, modified []byte) (string, error) {
+	current, err := runtime.Encode(unstructured.UnstructuredJSONScheme, live)
 	if err != nil {
 		return "", err
 	}
-	original := []byte(live.GetAnnotations()[LastAppliedAnnotation])
-	patch, err := threeWayMergePatch(original, modified, current)
+	original, err := kubectlutil.GetOriginalConfiguration(live)
 	if err != nil {
 		return "", err
 	}
-	if string(patch) == "{}" {
-		return Unchanged, nil
-	}
-	out, err := ri.Patch(ctx, live.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	body, pt, err := threeWayPatch(info.Mapping.GroupVersionKind, original, modified, current)
 	if err != nil {
 		return "", err
 	}
-	if out.GetResourceVersion() != "" && out.GetResourceVersion() == live.GetResourceVersion() {
-		return Unchanged, nil // e.g. lists the server had filled in with defaults
+	if string(body) == "{}" {
+		return unchanged, nil
 	}
-	return Configured, nil
+	out, err := helper.Patch(info.Namespace, info.Name, pt, body, nil)
+	if err != nil {
+		return "", err
+	}
+	if sameButStatus(live, out) {
+		return unchanged, nil // e.g. lists the server had filled in with defaults
+	}
+	return configured, nil
+}
+
+// sameButStatus says whether two versions of an object differ only in
+// what the server and controllers write on their own: status,
+// resourceVersion and managedFields. (A controller may write status
+// between apply's read and its patch, so the resourceVersion alone
+// cannot say whether the patch changed anything.)
+func sameButStatus(a, b runtime.Object) bool {
+	ua, ok1 := a.(*unstructured.Unstructured)
+	ub, ok2 := b.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	strip := func(u *unstructured.Unstructured) map[string]interface{} {
+		c := u.DeepCopy()
+		delete(c.Object, "status")
+		c.SetResourceVersion("")
+		c.SetManagedFields(nil)
+		return c.Object
+	}
+	return equality.Semantic.DeepEqual(strip(ua), strip(ub))
+}
+
+// threeWayPatch computes apply's patch of a kind and its type.
+func threeWayPatch(gvk schema.GroupVersionKind, original, modified, current []byte) ([]byte, types.PatchType, error) {
+	if typed, err := scheme.Scheme.New(gvk); err == nil {
+		lookup, err := strategicpatch.NewPatchMetaFromStruct(typed)
+		if err != nil {
+			return nil, "", err
+		}
+		p, err := strategicpatch.CreateThreeWayMergePatch(original, modified, current, lookup, true)
+		return p, types.StrategicMergePatchType, err
+	}
+	p, err := jsonmergepatch.CreateThreeWayJSONMergePatch(original, modified, current,
+		mergepatch.RequireKeyUnchanged("apiVersion"), mergepatch.RequireKeyUnchanged("kind"), mergepatch.RequireMetadataKeyUnchanged("name"))
+	if mergepatch.IsPreconditionFailed(err) {
+		return nil, "", errors.New("apply cannot change apiVersion, kind or metadata.name of an object: delete it and apply again")
+	}
+	return p, types.MergePatchType, err
 }

@@ -1,16 +1,25 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 
 	"github.com/knbox/knbox/pkg/version"
 )
@@ -19,24 +28,11 @@ import (
 // the client commands read) unless told otherwise.
 const DefaultDataDir = "/var/lib/knbox"
 
-// Options are the connection settings the client commands share. Zero
-// values take the documented defaults.
-type Options struct {
-	// DataDir is the server's data directory: "" means $KNBOX_DATA_DIR,
-	// else DefaultDataDir.
-	DataDir string
-	// Kubeconfig is the kubeconfig to use: "" means $KUBECONFIG (a list
-	// of paths, merged as kubectl does), else <DataDir>/kubeconfig.
-	Kubeconfig string
-	// Namespace is the default namespace: "" means the current context's
-	// namespace, else "default".
-	Namespace string
-}
-
-// DataDirPath returns the data directory the options mean.
-func (o Options) DataDirPath() string {
-	if o.DataDir != "" {
-		return o.DataDir
+// DataDirPath returns the data directory dir means: dir itself, else
+// $KNBOX_DATA_DIR, else DefaultDataDir.
+func DataDirPath(dir string) string {
+	if dir != "" {
+		return dir
 	}
 	if d := os.Getenv("KNBOX_DATA_DIR"); d != "" {
 		return d
@@ -57,167 +53,225 @@ func noKubeconfig(dataDir string) error {
 	return fmt.Errorf("no kubeconfig in %s: start the server first with `knbox serve --data-dir %s`", dataDir, dataDir)
 }
 
-// Load reads the kubeconfig the options name and returns the client
-// configuration of its current context and the namespace to use.
+// Options name a kubeconfig as the client commands' flags do, for code
+// that needs a client configuration outside a command's connection
+// (knbox kubeconfig --user).
+type Options struct {
+	DataDir    string // "" means $KNBOX_DATA_DIR, else DefaultDataDir
+	Kubeconfig string // "" means $KUBECONFIG, else <DataDir>/kubeconfig
+	Namespace  string // "" means the context's, else "default"
+}
+
+// DataDirPath returns the data directory the options mean.
+func (o Options) DataDirPath() string { return DataDirPath(o.DataDir) }
+
+// Load returns the client configuration of the kubeconfig's current
+// context and the namespace to use, by the client commands' rules.
 func (o Options) Load() (*rest.Config, string, error) {
-	var paths []string
-	switch {
-	case o.Kubeconfig != "":
-		paths = []string{o.Kubeconfig}
-	case os.Getenv("KUBECONFIG") != "":
-		for _, p := range filepath.SplitList(os.Getenv("KUBECONFIG")) {
-			if p != "" {
-				paths = append(paths, p)
-			}
-		}
-	}
-	fromDataDir := len(paths) == 0
-	if fromDataDir {
-		paths = []string{filepath.Join(o.DataDirPath(), "kubeconfig")}
-	}
-	merged := clientcmdapi.NewConfig()
-	found := 0
-	for _, p := range paths {
-		cfg, err := loadKubeconfigFile(p)
-		if errors.Is(err, os.ErrNotExist) && len(paths) > 1 {
-			continue // kubectl skips missing files of a $KUBECONFIG list
-		}
-		if errors.Is(err, os.ErrNotExist) {
-			if fromDataDir {
-				return nil, "", noKubeconfig(o.DataDirPath())
-			}
-			return nil, "", fmt.Errorf("kubeconfig %s does not exist", p)
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		found++
-		mergeKubeconfig(merged, cfg)
-	}
-	if found == 0 {
-		return nil, "", fmt.Errorf("none of the kubeconfig files in $KUBECONFIG exists (%s)", os.Getenv("KUBECONFIG"))
-	}
-	rc, ns, err := restConfig(merged)
+	c := newConnection()
+	c.dataDir = o.DataDir
+	*c.flags.KubeConfig = o.Kubeconfig
+	*c.flags.Namespace = o.Namespace
+	rc, err := c.ToRESTConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig %s: %w", paths[0], err)
+		return nil, "", err
 	}
-	if o.Namespace != "" {
-		ns = o.Namespace
+	ns, _, err := c.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", err
 	}
 	return rc, ns, nil
 }
 
-// loadKubeconfigFile decodes one kubeconfig and makes its file paths
-// absolute (they are relative to the file).
-func loadKubeconfigFile(path string) (*clientcmdapi.Config, error) {
-	data, err := os.ReadFile(path)
+// addDataDirFlag gives cmd --data-dir.
+func addDataDirFlag(cmd *cobra.Command, o *Options) {
+	cmd.PersistentFlags().StringVar(&o.DataDir, "data-dir", "", dataDirUsage)
+}
+
+const dataDirUsage = "the knbox server's data directory, whose kubeconfig is used when neither --kubeconfig nor $KUBECONFIG is set (default: $KNBOX_DATA_DIR if set, else " + DefaultDataDir + ")"
+
+// connection is how the client commands reach the server: kubectl's
+// connection flags (clientcmd's rules: --kubeconfig, --context, --cluster,
+// --user, --token, --server, -n, exec plugins in the kubeconfig, ...)
+// plus --data-dir. It is a genericclioptions.RESTClientGetter, so
+// cli-runtime's builder and kubectl's command libraries use it as they use
+// kubectl's own flags.
+//
+// Two choices differ from kubectl, both because the usual server is the
+// local knbox:
+//   - without --kubeconfig and $KUBECONFIG, the kubeconfig is the one knbox
+//     serve wrote into its data dir (--data-dir, $KNBOX_DATA_DIR,
+//     /var/lib/knbox), not ~/.kube/config;
+//   - discovery is cached in memory for one command, not on disk for six
+//     hours: it is one local request, and a stale disk cache would hide the
+//     kinds a newer knbox serves.
+type connection struct {
+	flags   *genericclioptions.ConfigFlags
+	dataDir string
+	// warnings receives the server's warnings and ctx ends every request
+	// (both set when a command runs: kubectl's command libraries take no
+	// context).
+	warnings io.Writer
+	ctx      context.Context
+
+	once sync.Once
+	err  error // the kubeconfig cannot be found
+
+	mu     sync.Mutex
+	disc   discovery.CachedDiscoveryInterface
+	mapper meta.RESTMapper
+}
+
+func newConnection() *connection {
+	f := genericclioptions.NewConfigFlags(true)
+	// Flags for what knbox does not do: no disk cache (see above), no
+	// impersonation, no basic auth.
+	f.CacheDir = nil
+	f.Impersonate, f.ImpersonateUID, f.ImpersonateGroup = nil, nil, nil
+	f.Username, f.Password = nil, nil
+	c := &connection{flags: f, warnings: io.Discard, ctx: context.Background()}
+	f.WrapConfigFn = func(rc *rest.Config) *rest.Config {
+		rc.UserAgent = "knbox/" + version.Version
+		// As kubectl prints them (Knative warns about insecure defaults).
+		rc.WarningHandler = rest.NewWarningWriter(c.warnings, rest.WarningWriterOptions{Deduplicate: true})
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &boundTransport{ctx: c.ctx, next: rt} })
+		return rc
+	}
+	return c
+}
+
+// boundTransport ends its requests, and the reading of their bodies
+// (watches, log streams), when ctx ends.
+type boundTransport struct {
+	ctx  context.Context
+	next http.RoundTripper
+}
+
+func (t *boundTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	stop := context.AfterFunc(t.ctx, cancel)
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	resp.Body = &boundBody{ReadCloser: resp.Body, done: func() { stop(); cancel() }}
+	return resp, nil
+}
+
+// boundBody releases its request's context when closed.
+type boundBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *boundBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
+}
+
+// addFlags adds the connection flags; namespaced says whether the command
+// takes -n.
+func (c *connection) addFlags(fs *pflag.FlagSet, namespaced bool) {
+	ns := c.flags.Namespace
+	if !namespaced {
+		c.flags.Namespace = nil
+	}
+	c.flags.AddFlags(fs)
+	c.flags.Namespace = ns
+	fs.StringVar(&c.dataDir, "data-dir", "", dataDirUsage)
+	if fl := fs.Lookup("kubeconfig"); fl != nil {
+		fl.Usage = "kubeconfig to use (default: $KUBECONFIG if set, else <data-dir>/kubeconfig)"
+	}
+}
+
+// prepare points the loader at the data dir's kubeconfig when no other is
+// named; it runs once, after the flags are parsed.
+func (c *connection) prepare() {
+	c.once.Do(func() {
+		if *c.flags.KubeConfig != "" || os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
+			return
+		}
+		dir := DataDirPath(c.dataDir)
+		p := filepath.Join(dir, "kubeconfig")
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			c.err = noKubeconfig(dir)
+		}
+		*c.flags.KubeConfig = p
+	})
+}
+
+// ToRawKubeConfigLoader implements genericclioptions.RESTClientGetter.
+func (c *connection) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	c.prepare()
+	if c.err != nil {
+		return failedConfig{c.err}
+	}
+	return c.flags.ToRawKubeConfigLoader()
+}
+
+// ToRESTConfig implements genericclioptions.RESTClientGetter.
+func (c *connection) ToRESTConfig() (*rest.Config, error) {
+	c.prepare()
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.flags.ToRESTConfig()
+}
+
+// ToDiscoveryClient implements genericclioptions.RESTClientGetter.
+func (c *connection) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.discovery()
+}
+
+func (c *connection) discovery() (discovery.CachedDiscoveryInterface, error) {
+	if c.disc != nil {
+		return c.disc, nil
+	}
+	rc, err := c.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	cfg := clientcmdapi.NewConfig()
-	if len(data) > 0 {
-		obj, _, err := clientcmdlatest.Codec.Decode(data, nil, nil)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
-		}
-		c, ok := obj.(*clientcmdapi.Config)
-		if !ok {
-			return nil, fmt.Errorf("kubeconfig %s: not a kubeconfig (%T)", path, obj)
-		}
-		cfg = c
+	rc.Burst = 300 // discovery reads every group version at once
+	d, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return nil, err
 	}
-	dir := filepath.Dir(path)
-	abs := func(p *string) {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(dir, *p)
-		}
-	}
-	for _, c := range cfg.Clusters {
-		abs(&c.CertificateAuthority)
-	}
-	for _, a := range cfg.AuthInfos {
-		abs(&a.ClientCertificate)
-		abs(&a.ClientKey)
-		abs(&a.TokenFile)
-	}
-	return cfg, nil
+	c.disc = memory.NewMemCacheClient(d)
+	return c.disc, nil
 }
 
-// mergeKubeconfig adds src to dst: the first file to define a name or the
-// current context wins, as with kubectl.
-func mergeKubeconfig(dst, src *clientcmdapi.Config) {
-	if dst.CurrentContext == "" {
-		dst.CurrentContext = src.CurrentContext
+// ToRESTMapper implements genericclioptions.RESTClientGetter: discovery's
+// resources with their short names and categories, as kubectl maps them.
+func (c *connection) ToRESTMapper() (meta.RESTMapper, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mapper != nil {
+		return c.mapper, nil
 	}
-	for k, v := range src.Clusters {
-		if _, ok := dst.Clusters[k]; !ok {
-			dst.Clusters[k] = v
-		}
+	d, err := c.discovery()
+	if err != nil {
+		return nil, err
 	}
-	for k, v := range src.AuthInfos {
-		if _, ok := dst.AuthInfos[k]; !ok {
-			dst.AuthInfos[k] = v
-		}
-	}
-	for k, v := range src.Contexts {
-		if _, ok := dst.Contexts[k]; !ok {
-			dst.Contexts[k] = v
-		}
-	}
+	c.mapper = restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(d), d, func(w string) {
+		fmt.Fprintln(c.warnings, "Warning:", w)
+	})
+	return c.mapper, nil
 }
 
-// restConfig turns the current context into a client configuration.
-func restConfig(cfg *clientcmdapi.Config) (*rest.Config, string, error) {
-	if cfg.CurrentContext == "" {
-		return nil, "", errors.New("no current-context is set")
-	}
-	kctx, ok := cfg.Contexts[cfg.CurrentContext]
-	if !ok {
-		return nil, "", fmt.Errorf("context %q does not exist", cfg.CurrentContext)
-	}
-	cluster, ok := cfg.Clusters[kctx.Cluster]
-	if !ok {
-		return nil, "", fmt.Errorf("cluster %q of context %q does not exist", kctx.Cluster, cfg.CurrentContext)
-	}
-	if cluster.Server == "" {
-		return nil, "", fmt.Errorf("cluster %q has no server", kctx.Cluster)
-	}
-	rc := &rest.Config{
-		Host:      cluster.Server,
-		UserAgent: "knbox/" + version.Version,
-		TLSClientConfig: rest.TLSClientConfig{
-			Insecure:   cluster.InsecureSkipTLSVerify,
-			ServerName: cluster.TLSServerName,
-			CAFile:     cluster.CertificateAuthority,
-			CAData:     cluster.CertificateAuthorityData,
-		},
-		QPS:   50,
-		Burst: 100,
-	}
-	if cluster.ProxyURL != "" {
-		u, err := url.Parse(cluster.ProxyURL)
-		if err != nil {
-			return nil, "", fmt.Errorf("cluster %q: proxy-url: %w", kctx.Cluster, err)
-		}
-		rc.Proxy = http.ProxyURL(u)
-	}
-	if kctx.AuthInfo != "" {
-		user, ok := cfg.AuthInfos[kctx.AuthInfo]
-		if !ok {
-			return nil, "", fmt.Errorf("user %q of context %q does not exist", kctx.AuthInfo, cfg.CurrentContext)
-		}
-		if user.Exec != nil || user.AuthProvider != nil {
-			return nil, "", fmt.Errorf("user %q: exec and auth-provider credentials are not supported by knbox; use a token or a client certificate", kctx.AuthInfo)
-		}
-		rc.BearerToken = user.Token
-		rc.BearerTokenFile = user.TokenFile
-		rc.Username, rc.Password = user.Username, user.Password
-		rc.CertFile, rc.CertData = user.ClientCertificate, user.ClientCertificateData
-		rc.KeyFile, rc.KeyData = user.ClientKey, user.ClientKeyData
-	}
-	ns := kctx.Namespace
-	if ns == "" {
-		ns = "default"
-	}
-	return rc, ns, nil
+var _ genericclioptions.RESTClientGetter = (*connection)(nil)
+
+// failedConfig is a clientcmd.ClientConfig that fails every call with err.
+type failedConfig struct{ err error }
+
+func (f failedConfig) RawConfig() (clientcmdapi.Config, error) { return clientcmdapi.Config{}, f.err }
+func (f failedConfig) ClientConfig() (*rest.Config, error)     { return nil, f.err }
+func (f failedConfig) Namespace() (string, bool, error)        { return "", false, f.err }
+func (f failedConfig) ConfigAccess() clientcmd.ConfigAccess {
+	return clientcmd.NewDefaultClientConfigLoadingRules()
 }

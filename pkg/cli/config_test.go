@@ -1,107 +1,131 @@
 package cli
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 )
 
-const kubeconfigTemplate = `apiVersion: v1
+// contextsKubeconfig is a kubeconfig for env with contexts that differ by
+// their credentials: "bad" (the current one) has a wrong token, "good" the
+// right one and namespace team-a, "exec" an exec plugin that prints the
+// right token.
+func contextsKubeconfig(t *testing.T, env *apiservertest.Env) string {
+	t.Helper()
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "get-token")
+	script := "#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"" + apiservertest.Token + "\"}}'\n"
+	if err := os.WriteFile(plugin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kc := `apiVersion: v1
 kind: Config
-current-context: %CTX%
+current-context: bad
 clusters:
-- name: c1
+- name: knbox
   cluster:
-    server: https://one.example:6443
-    certificate-authority: ca.crt
-- name: c2
-  cluster:
-    server: https://two.example:6443
-    insecure-skip-tls-verify: true
+    server: ` + env.URL + `
+    certificate-authority-data: ` + base64.StdEncoding.EncodeToString(env.CAPEM) + `
 users:
-- name: u1
+- name: bad
   user:
-    token: token-one
-- name: u2
+    token: not-the-token
+- name: good
+  user:
+    token: ` + apiservertest.Token + `
+- name: exec
   user:
     exec:
       apiVersion: client.authentication.k8s.io/v1
-      command: get-token
+      command: ./get-token
+      interactiveMode: Never
 contexts:
-- name: one
-  context: {cluster: c1, user: u1, namespace: team-a}
-- name: two
-  context: {cluster: c2, user: u1}
+- name: bad
+  context: {cluster: knbox, user: bad}
+- name: good
+  context: {cluster: knbox, user: good, namespace: team-a}
 - name: exec
-  context: {cluster: c2, user: u2}
+  context: {cluster: knbox, user: exec}
 `
-
-func writeKubeconfig(t *testing.T, dir, currentContext string) string {
-	t.Helper()
 	p := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(p, []byte(strings.ReplaceAll(kubeconfigTemplate, "%CTX%", currentContext)), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func TestOptionsLoad(t *testing.T) {
+func TestConnectionFlags(t *testing.T) {
+	t.Parallel()
+	env := getEnv(t)
+	kc := contextsKubeconfig(t, env)
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{"current context", nil, "", "the server has asked for the client to provide credentials (is the token in the kubeconfig the server's?)"},
+		{"--context, and its namespace", []string{"--context", "good"}, "other", ""},
+		{"--context and -n", []string{"--context", "good", "-n", "default"}, "hello", ""},
+		{"--token", []string{"--token", apiservertest.Token}, "hello", ""},
+		{"--user", []string{"--user", "good"}, "hello", ""},
+		{"exec plugin", []string{"--context", "exec"}, "hello", ""},
+		{"a context that does not exist", []string{"--context", "nope"}, "", `context was not found for specified context: nope`},
+		{"--server", []string{"--context", "good", "--server", "https://127.0.0.1:1"}, "", "cannot reach the server at https://127.0.0.1:1: "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"get", "ksvc", "-o", "jsonpath={.items[*].metadata.name}", "--kubeconfig", kc}, tt.args...)
+			out, _, err := run(t, nil, "", args...)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want %s", err, tt.wantErr)
+			}
+			if out != tt.want {
+				t.Errorf("got %q, want %q", out, tt.want)
+			}
+		})
+	}
+}
+
+// TestKubeconfigLookup: --kubeconfig, else $KUBECONFIG (a list, as
+// kubectl merges it), else the data dir's kubeconfig.
+func TestKubeconfigLookup(t *testing.T) {
+	dir := t.TempDir()
+	env := apiservertest.Start(t, dir)
+	kc := contextsKubeconfig(t, env)
+	names := []string{"get", "ns", "default", "-o", "name"}
+	check := func(what string, wantErr string, args ...string) {
+		t.Helper()
+		out, _, err := run(t, nil, "", append(names, args...)...)
+		switch {
+		case wantErr == "" && (err != nil || out != "namespace/default\n"):
+			t.Errorf("%s: %v\n%s", what, err, out)
+		case wantErr != "" && (err == nil || err.Error() != wantErr):
+			t.Errorf("%s: error %v, want %s", what, err, wantErr)
+		}
+	}
+
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("KNBOX_DATA_DIR", "")
-
-	dir := t.TempDir()
-	one := writeKubeconfig(t, dir, "one")
-	rc, ns, err := Options{Kubeconfig: one}.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rc.Host != "https://one.example:6443" || rc.BearerToken != "token-one" || ns != "team-a" {
-		t.Errorf("got host %s token %s namespace %s", rc.Host, rc.BearerToken, ns)
-	}
-	if want := filepath.Join(dir, "ca.crt"); rc.CAFile != want {
-		t.Errorf("CA file %q, want %q (relative to the kubeconfig)", rc.CAFile, want)
-	}
-	if _, ns, _ := (Options{Kubeconfig: one, Namespace: "x"}).Load(); ns != "x" {
-		t.Errorf("-n: namespace %q", ns)
-	}
-
-	// The data directory's kubeconfig when nothing else is given; a
-	// context without a namespace means "default".
-	dataDir := t.TempDir()
-	writeKubeconfig(t, dataDir, "two")
-	rc, ns, err = Options{DataDir: dataDir}.Load()
-	if err != nil || rc.Host != "https://two.example:6443" || !rc.Insecure || ns != "default" {
-		t.Errorf("data dir: %+v %q %v", rc, ns, err)
-	}
-	t.Setenv("KNBOX_DATA_DIR", dataDir)
-	if rc, _, err := (Options{}).Load(); err != nil || rc.Host != "https://two.example:6443" {
-		t.Errorf("KNBOX_DATA_DIR: %v", err)
-	}
-
+	check("--data-dir", "", "--data-dir", dir)
+	t.Setenv("KNBOX_DATA_DIR", dir)
+	check("$KNBOX_DATA_DIR", "")
 	empty := t.TempDir()
-	_, _, err = Options{DataDir: empty}.Load()
-	if want := "no kubeconfig in " + empty + ": start the server first with `knbox serve --data-dir " + empty + "`"; err == nil || err.Error() != want {
-		t.Errorf("missing: err = %v, want %s", err, want)
-	}
+	check("an empty data dir", "no kubeconfig in "+empty+": start the server first with `knbox serve --data-dir "+empty+"`", "--data-dir", empty)
 
-	// $KUBECONFIG wins over the data directory; a list is merged, missing
-	// files are skipped, the first current-context wins.
-	other := t.TempDir()
-	writeKubeconfig(t, other, "two")
-	t.Setenv("KUBECONFIG", strings.Join([]string{filepath.Join(empty, "nope"), one, filepath.Join(other, "kubeconfig")}, string(filepath.ListSeparator)))
-	if rc, _, err := (Options{DataDir: dataDir}).Load(); err != nil || rc.Host != "https://one.example:6443" {
-		t.Errorf("KUBECONFIG list: %v %v", rc, err)
-	}
-	t.Setenv("KUBECONFIG", filepath.Join(empty, "nope"))
-	if _, _, err := (Options{}).Load(); err == nil || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("KUBECONFIG missing: %v", err)
-	}
-
-	if _, _, err := (Options{Kubeconfig: writeKubeconfig(t, t.TempDir(), "exec")}).Load(); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Errorf("exec credentials: %v", err)
-	}
-	if _, _, err := (Options{Kubeconfig: writeKubeconfig(t, t.TempDir(), "")}).Load(); err == nil || !strings.Contains(err.Error(), "no current-context") {
-		t.Errorf("no context: %v", err)
-	}
+	// $KUBECONFIG wins over the data dir; its missing files are skipped
+	// and the first file to set a value wins.
+	t.Setenv("KUBECONFIG", strings.Join([]string{filepath.Join(empty, "missing"), kc, env.Kubeconfig}, string(os.PathListSeparator)))
+	check("$KUBECONFIG", "the server has asked for the client to provide credentials (is the token in the kubeconfig the server's?)", "--data-dir", empty)
+	check("$KUBECONFIG and --context", "", "--context", "good", "-n", "default")
+	// --kubeconfig wins over both.
+	check("--kubeconfig", "", "--kubeconfig", env.Kubeconfig)
+	check("--kubeconfig of a missing file", "stat "+filepath.Join(empty, "nope")+": no such file or directory", "--kubeconfig", filepath.Join(empty, "nope"))
 }

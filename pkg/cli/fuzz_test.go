@@ -1,22 +1,38 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"encoding/json"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	cmdwait "k8s.io/kubectl/pkg/cmd/wait"
+	kubectlutil "k8s.io/kubectl/pkg/util"
+
+	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 )
 
+// FuzzReadManifests: whatever -f holds, every document is an object with
+// apiVersion and kind, an error naming the document, or a skipped
+// non-object; what apply does next with an object does not fail.
 func FuzzReadManifests(f *testing.F) {
 	for _, s := range []string{
 		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
 		"---\napiVersion: v1\nkind: Secret\n---\n--- # x\nkind: X\n",
 		`{"apiVersion":"v1","kind":"ConfigMap"}{"apiVersion":"v1"}`,
 		"{apiVersion: v1, kind: ConfigMap}",
-		"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap}\n- 1\n",
+		"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap}\n- 1\n- {a: b}\n",
 		"apiVersion: v1\nkind: ServiceList\nitems: 3\n",
 		"- 1\n- 2\n",
 		"a: &a [*a]\n",
+		"apiAddr: 127.0.0.1:6443\nconfigMaps: {}\n",
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {labels: {a: 1}, name: [x]}\n",
 		"\xff\xfe\x00",
 		"",
@@ -29,7 +45,13 @@ func FuzzReadManifests(f *testing.F) {
 			if d.Source != "in.yaml" || d.Index < 1 {
 				t.Fatalf("document %d: source %q index %d", i, d.Source, d.Index)
 			}
-			if d.Err != nil {
+			switch {
+			case d.Skipped:
+				if d.Object != nil || d.Err != nil {
+					t.Fatalf("skipped document %d has an object or an error", i)
+				}
+				continue
+			case d.Err != nil:
 				if d.Object != nil {
 					t.Fatalf("document %d has both an object and an error", i)
 				}
@@ -37,8 +59,7 @@ func FuzzReadManifests(f *testing.F) {
 					t.Fatalf("error %q does not name document %d", d.Err, d.Index)
 				}
 				continue
-			}
-			if d.Object == nil {
+			case d.Object == nil:
 				t.Fatalf("document %d has neither an object nor an error", i)
 			}
 			b, err := json.Marshal(d.Object.Object)
@@ -54,12 +75,122 @@ func FuzzReadManifests(f *testing.F) {
 					t.Fatalf("document %d: %s is %v", i, k, back[k])
 				}
 			}
-			// What apply does with it next must not panic either.
+			// What apply does with it next must not fail either.
 			_ = d.Object.GetName()
 			_ = d.Object.GetNamespace()
-			if _, _, err := withLastApplied(d.Object); err != nil {
+			_ = d.Object.GroupVersionKind()
+			if _, err := kubectlutil.GetModifiedConfiguration(d.Object, true, unstructured.UnstructuredJSONScheme); err != nil {
 				t.Fatalf("document %d: %v", i, err)
 			}
+		}
+	})
+}
+
+// FuzzPrintFlags: get's -o (formats, jsonpath, custom-columns and
+// go-template expressions) and --sort-by, through the command against a
+// real server with three Services, either print or fail with an error;
+// nothing panics and nothing ends the process.
+func FuzzPrintFlags(f *testing.F) {
+	for _, s := range [][2]string{
+		{"jsonpath={.items[*].metadata.name}", ""},
+		{`jsonpath={range .items[?(@.status.conditions[0].status=="True")]}{.status.url}{"\n"}{end}`, ".metadata.name"},
+		{"jsonpath-as-json={..name}", "{.spec.template.spec.containers[0].env[0].value}"},
+		{"custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status", ".metadata.labels"},
+		{"custom-columns=:,::", "{.items}"},
+		{`go-template={{range .items}}{{.metadata.name}} {{index .metadata.labels "app"}}{{end}}`, ""},
+		{`go-template={{define "a"}}{{template "a"}}{{end}}{{template "a"}}`, ""},
+		{"yaml", ".metadata.creationTimestamp"},
+		{"json", "{.metadata.labels.app"},
+		{"name", "metadata"},
+		{"wide", ".spec.template"},
+		{"", ""},
+	} {
+		f.Add(s[0], s[1])
+	}
+	env := apiservertest.Start(f, "")
+	var services []string
+	for _, name := range []string{"b", "a", "c"} {
+		services = append(services, ksvc(name, "", name, "  labels: {app: "+name+"}\n"))
+	}
+	if _, _, err := run(nil, nil, strings.Join(services, "---\n"), "apply", "-f", "-", "--kubeconfig", env.Kubeconfig); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, output, sortBy string) {
+		// The -file formats read a file the user names; not this test's.
+		if strings.Contains(output, "file") {
+			return
+		}
+		args := []string{"get", "ksvc", "-o", output, "--kubeconfig", env.Kubeconfig}
+		if sortBy != "" {
+			args = append(args, "--sort-by", sortBy)
+		}
+		_, _, _ = run(t, nil, "", args...)
+	})
+}
+
+// FuzzSelectors: the other free-form flags and arguments (-l and
+// --field-selector, wait's --for, resource type names) are refused with an
+// error or accepted; nothing panics, and a "did you mean" costs little
+// whatever the name's length.
+func FuzzSelectors(f *testing.F) {
+	for _, s := range []string{
+		"app=hello,tier!=web", "app in (a,b),!x", "metadata.name=hello", "a b", "x==y,",
+		"condition=Ready", "condition=Ready=False", "delete", "jsonpath={.status.url}=http://a", "jsonpath='{.status.conditions[0].status}'=True",
+		"ksvc", "KSVC", "revison", "services.serving.knative.dev", "", "=", "\x00",
+	} {
+		f.Add(s)
+	}
+	kc := filepath.Join(f.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+`), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	known := []string{"services", "service", "ksvc", "kservice", "revisions", "revision", "rev", "routes", "route", "rt", "configurations", "configuration", "config", "cfg"}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _ = labels.Parse(s)
+		_, _ = fields.ParseSelector(s)
+		if hint := suggest(s, known); hint != "" && !strings.Contains(strings.Join(known, " "), hint) {
+			t.Fatalf("suggest(%q) = %q, not a known name", s, hint)
+		}
+		// wait parses --for before it reaches the server.
+		c := newConnection()
+		*c.flags.KubeConfig = kc
+		flags := cmdwait.NewWaitFlags(c, genericiooptions.NewTestIOStreamsDiscard())
+		flags.ForCondition = s
+		_, _ = flags.ToOptions([]string{"ksvc/hello"})
+	})
+}
+
+// FuzzKubeconfig: whatever --kubeconfig holds, the connection loads it or
+// fails with an error naming the problem, without a request (so without
+// running an exec plugin it names).
+func FuzzKubeconfig(f *testing.F) {
+	for _, s := range []string{
+		"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u, namespace: team-a}}]\n",
+		"apiVersion: v1\nkind: Config\ncurrent-context: c\nusers: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false}}}]\ncontexts: [{name: c, context: {cluster: nowhere, user: u}}]\n",
+		"apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"%zz\", certificate-authority-data: eA==}}]\n",
+		"kind: Pod\n", "{", "", "\x00\xff",
+	} {
+		f.Add([]byte(s), "")
+		f.Add([]byte(s), "c")
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte, context string) {
+		p := filepath.Join(dir, fmt.Sprintf("kubeconfig-%d", len(data)))
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := newConnection()
+		*c.flags.KubeConfig = p
+		*c.flags.Context = context
+		_, _, _ = c.ToRawKubeConfigLoader().Namespace()
+		if rc, err := c.ToRESTConfig(); err == nil && rc == nil {
+			t.Fatal("no configuration and no error")
 		}
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 )
 
 // ImageInfo is one cached image as the server lists it.
@@ -22,16 +24,35 @@ type ImageInfo struct {
 	Created    time.Time
 }
 
-// imageCall does one request to the server's /knbox/v1/images endpoints.
-func (c *Client) imageCall(ctx context.Context, method, path string, body io.Reader, out interface{}) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.config.Host+"/knbox/v1/images"+path, body)
+// images calls the server's /knbox/v1/images endpoints.
+type images struct {
+	host string
+	http *http.Client // no request timeout: archives are large
+}
+
+func (s *session) images() (*images, error) {
+	rc, err := s.conn.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	rc.Timeout = 0
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &images{host: strings.TrimSuffix(rc.Host, "/"), http: hc}, nil
+}
+
+// call does one request.
+func (c *images) call(ctx context.Context, method, path string, body io.Reader, out interface{}) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.host+"/knbox/v1/images"+path, body)
 	if err != nil {
 		return err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/x-tar")
 	}
-	resp, err := c.watchHTTP.Do(req) // no request timeout: archives are large
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
 	}
@@ -50,37 +71,37 @@ func (c *Client) imageCall(ctx context.Context, method, path string, body io.Rea
 	return json.Unmarshal(b, out)
 }
 
-// ImageLoad sends a `docker save` or OCI archive to the server's cache.
-func (c *Client) ImageLoad(ctx context.Context, r io.Reader) ([]string, error) {
+// Load sends a `docker save` or OCI archive to the server's cache.
+func (c *images) Load(ctx context.Context, r io.Reader) ([]string, error) {
 	var out struct{ Loaded []string }
-	err := c.imageCall(ctx, http.MethodPost, "/load", r, &out)
+	err := c.call(ctx, http.MethodPost, "/load", r, &out)
 	return out.Loaded, err
 }
 
-// ImageList lists the server's cached images.
-func (c *Client) ImageList(ctx context.Context) ([]ImageInfo, error) {
+// List lists the server's cached images.
+func (c *images) List(ctx context.Context) ([]ImageInfo, error) {
 	var out []ImageInfo
-	err := c.imageCall(ctx, http.MethodGet, "", nil, &out)
+	err := c.call(ctx, http.MethodGet, "", nil, &out)
 	return out, err
 }
 
-// ImagePrune removes the cached images no Revision runs.
-func (c *Client) ImagePrune(ctx context.Context) (int64, error) {
+// Prune removes the cached images no Revision runs.
+func (c *images) Prune(ctx context.Context) (int64, error) {
 	var out struct{ FreedBytes int64 }
-	err := c.imageCall(ctx, http.MethodPost, "/prune", nil, &out)
+	err := c.call(ctx, http.MethodPost, "/prune", nil, &out)
 	return out.FreedBytes, err
 }
 
-func imageCommand() *cobra.Command {
+func imageCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Manage the server's image cache (load archives for offline use, list, prune)"}
-	conn := addConnFlags(cmd, false)
+	s.addFlags(cmd, false)
 	load := &cobra.Command{
 		Use:          "load FILE|-",
 		Short:        "Import a `docker save` or OCI image archive; its tags then resolve without a registry",
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var r io.Reader = cmd.InOrStdin()
+		RunE: s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
+			var r = streams.In
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
 				if err != nil {
@@ -89,61 +110,61 @@ func imageCommand() *cobra.Command {
 				defer f.Close()
 				r = f
 			}
-			c, err := conn.client()
+			c, err := s.images()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := interruptible(cmd.Context())
 			defer cancel()
-			refs, err := c.ImageLoad(ctx, r)
+			refs, err := c.Load(ctx, r)
 			if err != nil {
 				return err
 			}
 			for _, ref := range refs {
-				fmt.Fprintf(cmd.OutOrStdout(), "loaded %s\n", ref)
+				fmt.Fprintf(streams.Out, "loaded %s\n", ref)
 			}
 			return nil
-		},
+		}),
 	}
 	ls := &cobra.Command{
 		Use:          "ls",
 		Short:        "List the cached images",
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := conn.client()
+		RunE: s.run(func(cmd *cobra.Command, _ []string, streams genericiooptions.IOStreams) error {
+			c, err := s.images()
 			if err != nil {
 				return err
 			}
-			infos, err := c.ImageList(cmd.Context())
+			infos, err := c.List(cmd.Context())
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
+			w := tabwriter.NewWriter(streams.Out, 0, 0, 3, ' ', 0)
 			fmt.Fprintln(w, "REFERENCE\tDIGEST\tSIZE")
 			for _, in := range infos {
 				fmt.Fprintf(w, "%s\t%s\t%s\n", strings.Join(in.References, ","), in.Digest, humanBytes(in.Size))
 			}
 			return w.Flush()
-		},
+		}),
 	}
 	prune := &cobra.Command{
 		Use:          "prune",
 		Short:        "Remove the cached images that no Revision runs",
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := conn.client()
+		RunE: s.run(func(cmd *cobra.Command, _ []string, streams genericiooptions.IOStreams) error {
+			c, err := s.images()
 			if err != nil {
 				return err
 			}
-			freed, err := c.ImagePrune(cmd.Context())
+			freed, err := c.Prune(cmd.Context())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "freed %s\n", humanBytes(freed))
+			fmt.Fprintf(streams.Out, "freed %s\n", humanBytes(freed))
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(load, ls, prune)
 	return cmd

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -14,26 +12,64 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 var (
-	servicesGVR  = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "services"}
-	revisionsGVR = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "revisions"}
+	servingGV    = schema.GroupVersion{Group: "serving.knative.dev", Version: "v1"}
+	servicesGVR  = servingGV.WithResource("services")
+	revisionsGVR = servingGV.WithResource("revisions")
 )
 
-// LogsOptions select what Logs streams.
-type LogsOptions struct {
-	Revision string        // "" = the service's latest ready (else latest created) revision
-	Follow   bool          // keep streaming new lines
-	Since    time.Duration // only lines newer than this (0: all)
+// logsOptions select what logs streams.
+type logsOptions struct {
+	revision string        // "" = the service's latest ready (else latest created) revision
+	follow   bool          // keep streaming new lines
+	since    time.Duration // only lines newer than this (0: all)
 }
 
-// Logs streams the logs of a service's revision (stdout, stderr and
+func logsCommand(s *session) *cobra.Command {
+	var o logsOptions
+	cmd := &cobra.Command{
+		Use:          "logs SERVICE [--revision R] [-f] [--since DURATION]",
+		Short:        "Show the logs of a service's revision (stdout, stderr and syslog of its instances)",
+		Example:      "  knbox logs hello -f\n  knbox logs hello --revision hello-00002 --since 10m",
+		Args:         cobra.ExactArgs(1),
+		SilenceUsage: true,
+	}
+	s.addFlags(cmd, true)
+	cmd.Flags().StringVar(&o.revision, "revision", "", "revision to show (default: the latest ready one)")
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep streaming new lines")
+	cmd.Flags().DurationVar(&o.since, "since", 0, "only lines newer than this, e.g. 10m")
+	cmd.RunE = s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
+		ctx, cancel := interruptible(cmd.Context())
+		defer cancel()
+		return s.logs(ctx, streams.Out, args[0], o)
+	})
+	return cmd
+}
+
+// logs streams the logs of a service's revision (stdout, stderr and
 // /dev/log of its instances) from the revisions/NAME/log subresource.
-func (c *Client) Logs(ctx context.Context, w io.Writer, service string, o LogsOptions) error {
-	rev := o.Revision
+func (s *session) logs(ctx context.Context, w io.Writer, service string, o logsOptions) error {
+	ns, _, err := s.conn.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	rc, err := s.conn.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	rev := o.revision
 	if rev == "" {
-		svc, err := c.dyn.Resource(servicesGVR).Namespace(c.Namespace).Get(ctx, service, metav1.GetOptions{})
+		svc, err := dyn.Resource(servicesGVR).Namespace(ns).Get(ctx, service, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -44,63 +80,41 @@ func (c *Client) Logs(ctx context.Context, w io.Writer, service string, o LogsOp
 		if rev == "" {
 			return fmt.Errorf("service %q has no revision yet", service)
 		}
-	} else if _, err := c.dyn.Resource(revisionsGVR).Namespace(c.Namespace).Get(ctx, rev, metav1.GetOptions{}); err != nil {
+	} else if _, err := dyn.Resource(revisionsGVR).Namespace(ns).Get(ctx, rev, metav1.GetOptions{}); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if o.Follow {
-		q.Set("follow", "true")
-	}
-	if o.Since > 0 {
-		q.Set("sinceSeconds", strconv.FormatInt(int64(o.Since.Seconds()), 10))
-	}
-	u := fmt.Sprintf("%s/apis/serving.knative.dev/v1/namespaces/%s/revisions/%s/log?%s",
-		c.config.Host, url.PathEscape(c.Namespace), url.PathEscape(rev), q.Encode())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	client, err := servingREST(rc, o.follow)
 	if err != nil {
 		return err
 	}
-	hc := c.http
-	if o.Follow {
-		hc = c.watchHTTP
+	req := client.Get().Namespace(ns).Resource("revisions").Name(rev).SubResource("log")
+	if o.follow {
+		req = req.Param("follow", "true")
 	}
-	resp, err := hc.Do(req)
+	if o.since > 0 {
+		req = req.Param("sinceSeconds", strconv.FormatInt(int64(o.since.Seconds()), 10))
+	}
+	body, err := req.Stream(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("logs of revision %s: %w", rev, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return fmt.Errorf("logs of revision %s: %s: %s", rev, resp.Status, b)
-	}
-	_, err = io.Copy(w, resp.Body)
+	defer body.Close()
+	_, err = io.Copy(w, body)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
 }
 
-func logsCommand() *cobra.Command {
-	var o LogsOptions
-	cmd := &cobra.Command{
-		Use:          "logs SERVICE [--revision R] [-f] [--since DURATION]",
-		Short:        "Show the logs of a service's revision (stdout, stderr and syslog of its instances)",
-		Example:      "  knbox logs hello -f\n  knbox logs hello --revision hello-00002 --since 10m",
-		Args:         cobra.ExactArgs(1),
-		SilenceUsage: true,
+// servingREST is a REST client of serving.knative.dev/v1; a stream has no
+// request timeout.
+func servingREST(rc *rest.Config, stream bool) (*rest.RESTClient, error) {
+	cfg := rest.CopyConfig(rc)
+	cfg.GroupVersion = &servingGV
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	if stream {
+		cfg.Timeout = 0
 	}
-	conn := addConnFlags(cmd, true)
-	cmd.Flags().StringVar(&o.Revision, "revision", "", "revision to show (default: the latest ready one)")
-	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep streaming new lines")
-	cmd.Flags().DurationVar(&o.Since, "since", 0, "only lines newer than this, e.g. 10m")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := conn.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := interruptible(cmd.Context())
-		defer cancel()
-		return c.Logs(ctx, cmd.OutOrStdout(), args[0], o)
-	}
-	return cmd
+	return rest.RESTClientFor(cfg)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,8 +25,17 @@ type Document struct {
 	Line   int    // 1-based line where the document starts
 	Item   int    // 1-based position in a List document's items, else 0
 
-	Object *unstructured.Unstructured // nil when Err is set
+	Object *unstructured.Unstructured // nil when Err is set or Skipped
 	Err    error
+	// Skipped is set for a document that is no Kubernetes object (a
+	// mapping with neither apiVersion nor kind, such as knbox's own
+	// configuration file): commands pass over it with a note.
+	Skipped bool
+}
+
+// SkipNote is the note printed for a skipped document.
+func (d Document) SkipNote() string {
+	return d.Where() + ": skipped: not a Kubernetes object (no apiVersion and kind)"
 }
 
 // Where names the document for messages: "svc.yaml: document 2 (line 9)".
@@ -47,10 +57,11 @@ const StdinSource = "stdin"
 var manifestExts = []string{".yaml", ".yml", ".json"}
 
 // ReadPaths reads every manifest that paths name: files, directories (their
-// *.yaml, *.yml and *.json files, not recursively, in name order) and "-"
-// for stdin. A path that cannot be read is an error before any document is
-// returned; a document that cannot be parsed is returned with its Err set.
-func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
+// *.yaml, *.yml and *.json files in name order, and those of their
+// subdirectories when recursive) and "-" for stdin. A path that cannot be
+// read is an error before any document is returned; a document that cannot
+// be parsed is returned with its Err set.
+func ReadPaths(paths []string, recursive bool, stdin io.Reader) ([]Document, error) {
 	var docs []Document
 	readStdin := false
 	for _, p := range paths {
@@ -69,27 +80,12 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 			docs = append(docs, ReadManifests(StdinSource, data)...)
 			continue
 		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("the path %q does not exist", p)
-			}
-			return nil, err
+		if strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://") {
+			return nil, fmt.Errorf("%s: knbox reads manifests from files and stdin only; download it first (curl -fsSL %s | knbox apply -f -)", p, p)
 		}
-		files := []string{p}
-		if fi.IsDir() {
-			entries, err := os.ReadDir(p)
-			if err != nil {
-				return nil, err
-			}
-			files = files[:0]
-			for _, e := range entries {
-				if e.IsDir() || !slices.Contains(manifestExts, strings.ToLower(filepath.Ext(e.Name()))) {
-					continue
-				}
-				files = append(files, filepath.Join(p, e.Name()))
-			}
-			slices.Sort(files)
+		files, err := manifestFiles(p, recursive)
+		if err != nil {
+			return nil, err
 		}
 		for _, f := range files {
 			data, err := os.ReadFile(f)
@@ -100,6 +96,34 @@ func ReadPaths(paths []string, stdin io.Reader) ([]Document, error) {
 		}
 	}
 	return docs, nil
+}
+
+// manifestFiles lists the files p names: p itself, or the manifests of
+// directory p (see ReadPaths) in name order.
+func manifestFiles(p string, recursive bool) ([]string, error) {
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the path %q does not exist", p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return []string{p}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(p, func(path string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case e.IsDir() && path != p && !recursive:
+			return filepath.SkipDir
+		case !e.IsDir() && slices.Contains(manifestExts, strings.ToLower(filepath.Ext(e.Name()))):
+			files = append(files, path)
+		}
+		return nil
+	})
+	return files, err
 }
 
 // chunk is one document's text and the line it starts on.
@@ -123,6 +147,11 @@ func ReadManifests(source string, data []byte) []Document {
 		}
 		index++
 		d := Document{Source: source, Index: index, Line: c.line}
+		if errors.Is(err, errNotObject) {
+			d.Skipped = true
+			docs = append(docs, d)
+			continue
+		}
 		if err != nil {
 			d.Err = fmt.Errorf("%s: %w", d.Where(), err)
 			docs = append(docs, d)
@@ -243,9 +272,15 @@ func decodeChunk(c chunk) (map[string]interface{}, error) {
 	return obj, nil
 }
 
+// errNotObject marks a mapping with neither apiVersion nor kind.
+var errNotObject = errors.New("not a Kubernetes object")
+
 // checkObject verifies what every Kubernetes object needs before it can be
 // sent: apiVersion, kind and, when present, an object for metadata.
 func checkObject(obj map[string]interface{}) error {
+	if obj["apiVersion"] == nil && obj["kind"] == nil {
+		return errNotObject
+	}
 	var missing []string
 	for _, k := range []string{"apiVersion", "kind"} {
 		switch s, ok := obj[k].(string); {
@@ -311,7 +346,9 @@ func expandList(d Document, obj map[string]interface{}) []Document {
 		m, ok := it.(map[string]interface{})
 		if !ok {
 			di.Err = fmt.Errorf("%s: an item must be an object with apiVersion and kind, not %s", di.Where(), jsonType(it))
-		} else if err := checkObject(m); err != nil {
+		} else if err := checkObject(m); errors.Is(err, errNotObject) {
+			di.Err = fmt.Errorf("%s: apiVersion and kind: Required value", di.Where())
+		} else if err != nil {
 			di.Err = fmt.Errorf("%s: %w", di.Where(), err)
 		} else {
 			di.Object = &unstructured.Unstructured{Object: m}

@@ -21,6 +21,10 @@ func summarize(docs []Document) []docSummary {
 			out = append(out, docSummary{where: d.Where(), kind: d.Err.Error(), err: true})
 			continue
 		}
+		if d.Skipped {
+			out = append(out, docSummary{where: d.Where(), kind: "skipped"})
+			continue
+		}
 		out = append(out, docSummary{where: d.Where(), kind: d.Object.GetKind() + "/" + d.Object.GetName()})
 	}
 	return out
@@ -88,6 +92,15 @@ func TestReadManifests(t *testing.T) {
 			{where: "f: document 8 (line 24)", kind: "Secret/z"},
 		},
 	}, {
+		name: "documents that are no Kubernetes objects are skipped, not failed",
+		in: "# knbox.yaml\napiAddr: 127.0.0.1:6443\nconfigMaps:\n  config-gc: {}\n---\n" + "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n" +
+			"apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n",
+		want: []docSummary{
+			{where: "f: document 1 (line 1)", kind: "skipped"},
+			{where: "f: document 2 (line 6)", kind: "ConfigMap/a"},
+			{where: "f: document 3, item 1 (line 10)", kind: "apiVersion and kind: Required value", err: true},
+		},
+	}, {
 		name: "nothing at all",
 		in:   "\n# nothing\n---\n",
 		want: nil,
@@ -128,7 +141,7 @@ func TestReadPaths(t *testing.T) {
 	write("notes.txt", cm("ignored"))
 	write("sub/d.yaml", cm("ignored-too"))
 
-	docs, err := ReadPaths([]string{dir, "-"}, strings.NewReader(cm("stdin")))
+	docs, err := ReadPaths([]string{dir, "-"}, false, strings.NewReader(cm("stdin")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +157,10 @@ func TestReadPaths(t *testing.T) {
 		t.Errorf("got %v, want %s", got, want)
 	}
 
-	if _, err := ReadPaths([]string{filepath.Join(dir, "missing.yaml")}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := ReadPaths([]string{filepath.Join(dir, "missing.yaml")}, false, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing path: err = %v", err)
 	}
-	if _, err := ReadPaths([]string{"-", "-"}, strings.NewReader("")); err == nil {
+	if _, err := ReadPaths([]string{"-", "-"}, false, strings.NewReader("")); err == nil {
 		t.Error("stdin twice: no error")
 	}
 }

@@ -5,13 +5,24 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/image/imagetest"
 )
 
 // TestKnboxCLI drives knbox's own client commands against knbox serve, as
-// the README shows them.
+// the README shows them: apply -f examples/, wait, get in kubectl's output
+// formats, describe, the three-way merge of apply, delete; the connection
+// flags; and the errors a user makes.
 func TestKnboxCLI(t *testing.T) {
+	requireTool(t, "runc")
 	dir := t.TempDir()
 	startServer(t, dir, "")
+	reg := imagetest.StartRegistry(t)
+	imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{})
 	env := []string{"KNBOX_DATA_DIR=" + dir, "KUBECONFIG="}
 	knbox := func(stdin string, args ...string) (string, error) {
 		t.Helper()
@@ -30,56 +41,148 @@ func TestKnboxCLI(t *testing.T) {
 	if !strings.Contains(kc, "certificate-authority-data") || !strings.Contains(kc, "token:") {
 		t.Errorf("kubeconfig:\n%s", kc)
 	}
-	if out := must("", "version"); !strings.Contains(out, "server") {
+	if out := must("", "version"); !strings.Contains(out, "server: ") || strings.Contains(out, "unreachable") {
 		t.Errorf("version: %s", out)
 	}
 
-	// Apply a directory with the example and a second document.
+	// apply -f of a directory like examples/: the example (its public image
+	// swapped for the test registry's: tests reach only loopback), a
+	// ConfigMap, and knbox's configuration file, which is skipped.
 	manifests := t.TempDir()
 	ex, err := os.ReadFile("../../examples/hello.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The example names a public image; tests reach only loopback, so the
-	// image points at a closed loopback port instead.
-	ex = []byte(strings.Replace(string(ex), "ghcr.io/knative/helloworld-go:latest", "127.0.0.1:1/helloworld-go:latest", 1))
-	if !strings.Contains(string(ex), "127.0.0.1:1/") {
-		t.Fatal("examples/hello.yaml no longer names the image this test replaces")
+	hello := strings.Replace(string(ex), "ghcr.io/knative/helloworld-go:latest", reg+"/runtime-info:v1", 1)
+	if !strings.Contains(hello, reg) || !strings.Contains(hello, "name: TARGET") {
+		t.Fatal("examples/hello.yaml no longer names the image and env this test replaces")
 	}
-	if err := os.WriteFile(filepath.Join(manifests, "hello.yaml"), ex, 0o644); err != nil {
+	config, err := os.ReadFile("../../docs/knbox.example.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
 	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n"
-	if err := os.WriteFile(filepath.Join(manifests, "settings.yaml"), []byte(cm), 0o644); err != nil {
-		t.Fatal(err)
+	for name, content := range map[string]string{"hello.yaml": hello, "knbox.yaml": string(config), "settings.yaml": cm} {
+		if err := os.WriteFile(filepath.Join(manifests, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := must("", "apply", "-f", manifests)
-	if !strings.Contains(out, "service.serving.knative.dev/hello created") || !strings.Contains(out, "configmap/settings created") {
-		t.Errorf("apply: %s", out)
+	for _, want := range []string{"service.serving.knative.dev/hello created", "configmap/settings created",
+		filepath.Join(manifests, "knbox.yaml") + ": document 1 (line 1): skipped: not a Kubernetes object (no apiVersion and kind)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("apply -f dir: no %q in\n%s", want, out)
+		}
 	}
-	out = must("", "apply", "-f", manifests)
-	if !strings.Contains(out, "unchanged") {
+	if out := must("", "wait", "ksvc/hello", "--for=condition=Ready", "--timeout=120s"); out != "service.serving.knative.dev/hello condition met\n" {
+		t.Errorf("wait: %s", out)
+	}
+	if out := must("", "apply", "-f", manifests); !strings.Contains(out, "service.serving.knative.dev/hello unchanged") {
 		t.Errorf("re-apply: %s", out)
 	}
-	out = must("", "get", "ksvc")
-	if !strings.Contains(out, "LATESTCREATED") || !strings.Contains(out, "hello") {
-		t.Errorf("get ksvc: %s", out)
+
+	// get in kubectl's output formats, by short names.
+	rev := must("", "get", "ksvc", "hello", "-o", "jsonpath={.status.latestReadyRevisionName}")
+	url := must("", "get", "ksvc", "hello", "-o", "jsonpath={.status.url}")
+	if rev != "hello-00001" || !strings.HasPrefix(url, "http://hello.default.localhost:") {
+		t.Fatalf("latest ready revision %q, URL %q", rev, url)
 	}
-	if out := must("", "get", "ksvc", "hello", "-o", "yaml"); !strings.Contains(out, "kind: Service") {
-		t.Errorf("get -o yaml: %s", out)
+	for _, tt := range []struct {
+		args []string
+		want string // a line of the output, by its fields; or the exact output for one-liners
+	}{
+		{[]string{"get", "ksvc"}, "NAME URL LATESTCREATED LATESTREADY READY REASON"},
+		{[]string{"get", "kservice", "hello", "--no-headers"}, "hello " + url + " hello-00001 hello-00001 True"},
+		{[]string{"get", "rev", "-o", "wide"}, "hello-00001 hello 1 True"},
+		{[]string{"get", "rt,cfg", "-o", "name"}, "route.serving.knative.dev/hello"},
+		{[]string{"get", "ksvc", "-o", "jsonpath={.items[0].status.url}"}, url},
+		{[]string{"get", "ksvc,cm", "-A", "-o", "custom-columns=KIND:.kind,NAME:.metadata.name", "--sort-by", ".metadata.name", "--no-headers"}, "Service hello"},
+		{[]string{"get", "rev", "-o", `go-template={{range .items}}{{.metadata.name}}={{index .metadata.labels "serving.knative.dev/service"}}{{end}}`}, "hello-00001=hello"},
+	} {
+		out := must("", tt.args...)
+		if !hasLine(out, tt.want) {
+			t.Errorf("knbox %s: no line %q in\n%s", strings.Join(tt.args, " "), tt.want, out)
+		}
 	}
-	out, err = knbox("", "get", "ksvcs")
-	if err == nil || !strings.Contains(out, `did you mean "ksvc"`) {
-		t.Errorf("unknown kind: %v %s", err, out)
+
+	// describe with the conditions.
+	for _, obj := range []string{"ksvc/hello", "rev/" + rev, "route/hello"} {
+		out := must("", "describe", obj)
+		if f := strings.Join(strings.Fields(out), " "); !strings.Contains(f, "Conditions:") || !strings.Contains(f, "Status: True Type: Ready") {
+			t.Errorf("describe %s has no Ready condition:\n%s", obj, out)
+		}
 	}
-	// A bad document is named with its field; the good one still lands.
+
+	// A field removed from the file is removed on the server; the object
+	// is then as the file says.
+	noEnv := hello[:strings.Index(hello, "          env:")]
+	if out := must(noEnv, "apply", "-f", "-"); !strings.Contains(out, "service.serving.knative.dev/hello configured") {
+		t.Errorf("apply without env: %s", out)
+	}
+	if out := must("", "get", "ksvc", "hello", "-o", "jsonpath={.spec.template.spec.containers[0].env}"); out != "" {
+		t.Errorf("env after it was removed from the file: %s", out)
+	}
+	if out := must(noEnv, "apply", "-f", "-"); !strings.Contains(out, "unchanged") {
+		t.Errorf("apply without env again: %s", out)
+	}
+
+	// The connection flags, as kubectl's: --kubeconfig wins over
+	// $KUBECONFIG and the data dir; --context picks a context; --token
+	// replaces its credentials.
+	cfg, err := clientcmd.LoadFromFile(filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := cfg.Contexts[cfg.CurrentContext]
+	token := cfg.AuthInfos[cur.AuthInfo].Token
+	cfg.AuthInfos["nobody"] = &clientcmdapi.AuthInfo{Token: "not-a-token"}
+	cfg.Contexts["nobody"] = &clientcmdapi.Context{Cluster: cur.Cluster, AuthInfo: "nobody"}
+	other := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, other); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"get", "cm", "settings", "-o", "name"}
+	withFlags := func(extra ...string) (string, error) {
+		t.Helper()
+		return run(t, []string{"KNBOX_DATA_DIR=" + t.TempDir(), "KUBECONFIG=/nonexistent"}, "", knboxBin, append(names, extra...)...)
+	}
+	if out, err := withFlags("--kubeconfig", other); err != nil || out != "configmap/settings\n" {
+		t.Errorf("--kubeconfig: %v\n%s", err, out)
+	}
+	if out, err := withFlags("--kubeconfig", other, "--context", "nobody"); err == nil || !strings.Contains(out, "the server has asked for the client to provide credentials") {
+		t.Errorf("--context with a bad token: %v\n%s", err, out)
+	}
+	if out, err := withFlags("--kubeconfig", other, "--context", "nobody", "--token", token); err != nil || out != "configmap/settings\n" {
+		t.Errorf("--context and --token: %v\n%s", err, out)
+	}
+
+	// Mistakes: a type that does not exist, a manifest with a bad field.
+	if out, err := knbox("", "get", "ksvcs"); err == nil || !strings.Contains(out, `the server doesn't have a resource type "ksvcs"; did you mean "ksvc"?`) {
+		t.Errorf("unknown type: %v %s", err, out)
+	}
 	bad := "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  template:\n    spec:\n      containers:\n      - image: \"\"\n---\n" + strings.Replace(cm, "settings", "other", 1)
 	out, err = knbox(bad, "apply", "-f", "-")
-	if err == nil || !strings.Contains(out, "spec.template.spec.containers[0].image") || !strings.Contains(out, "configmap/other created") {
+	if err == nil || !strings.Contains(out, "stdin: document 1 (line 1): Service.serving.knative.dev \"bad\" is invalid:\n  spec.template.spec.containers[0].image: Required value") || !strings.Contains(out, "configmap/other created") {
 		t.Errorf("apply with a bad document: %v\n%s", err, out)
 	}
-	out = must("", "delete", "ksvc", "hello")
-	if !strings.Contains(out, `service.serving.knative.dev "hello" deleted`) {
+
+	// delete waits until the Service is gone, as kubectl's does.
+	if out := must("", "delete", "ksvc", "hello"); !strings.Contains(out, `service.serving.knative.dev "hello" deleted`) {
 		t.Errorf("delete: %s", out)
 	}
+	if out, err := knbox("", "get", "ksvc", "hello"); err == nil || !strings.Contains(out, `services.serving.knative.dev "hello" not found`) {
+		t.Errorf("get after delete: %v %s", err, out)
+	}
+}
+
+// hasLine says whether out has a line that starts with want's fields.
+func hasLine(out, want string) bool {
+	w := strings.Fields(want)
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= len(w) && strings.Join(f[:len(w)], " ") == strings.Join(w, " ") {
+			return true
+		}
+	}
+	return false
 }
