@@ -106,6 +106,19 @@ type Config struct {
 	DefaultRuntimeClass string `json:"defaultRuntimeClass,omitempty"`
 	// Egress gives instances outbound network (off by default).
 	Egress Egress `json:"egress,omitempty"`
+	// Policy is the operator's container policy (see Policy).
+	Policy Policy `json:"policy,omitempty"`
+	// Limits bound what clients, tenants and images may cost the host.
+	Limits Limits `json:"limits,omitempty"`
+	// ServiceAccounts configures ServiceAccount tokens.
+	ServiceAccounts ServiceAccounts `json:"serviceAccounts,omitempty"`
+	// Restart says what a restart of knbox keeps (see restart.go).
+	Restart Restart `json:"restart,omitempty"`
+	// PodSecurity is Pod Security admission's server-wide configuration
+	// (pkg/config/tenants.go).
+	PodSecurity PodSecurity `json:"podSecurity,omitempty"`
+	// RuntimeClasses says which RuntimeClasses namespaces may use.
+	RuntimeClasses RuntimeClasses `json:"runtimeClasses,omitempty"`
 }
 
 // Default returns the configuration used when there is no file.
@@ -155,6 +168,12 @@ func parse(b []byte) (*Config, error) {
 		Runtimes:            f.Runtimes,
 		DefaultRuntimeClass: f.DefaultRuntimeClass,
 		Egress:              f.Egress,
+		Policy:              f.Policy,
+		Limits:              f.Limits,
+		ServiceAccounts:     f.ServiceAccounts,
+		PodSecurity:         f.PodSecurity,
+		RuntimeClasses:      f.RuntimeClasses,
+		Restart:             f.Restart,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -173,6 +192,9 @@ func parse(b []byte) (*Config, error) {
 	}
 	c.applyDefaults()
 	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Policy.load(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -194,6 +216,12 @@ type fileConfig struct {
 	Runtimes            map[string]Runtime                    `json:"runtimes"`
 	DefaultRuntimeClass string                                `json:"defaultRuntimeClass"`
 	Egress              Egress                                `json:"egress"`
+	Policy              Policy                                `json:"policy"`
+	Limits              Limits                                `json:"limits"`
+	ServiceAccounts     ServiceAccounts                       `json:"serviceAccounts"`
+	PodSecurity         PodSecurity                           `json:"podSecurity"`
+	RuntimeClasses      RuntimeClasses                        `json:"runtimeClasses"`
+	Restart             Restart                               `json:"restart"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -244,6 +272,7 @@ func (c *Config) applyDefaults() {
 	}
 	c.applyRuntimeDefaults()
 	c.Egress.applyDefaults()
+	c.Limits.applyDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -271,6 +300,9 @@ func ConfigMapNames() []string {
 // Config (from command-line flags, say).
 func (c *Config) Validate() error {
 	if err := validateAddr("apiAddr", c.APIAddr); err != nil {
+		return err
+	}
+	if _, err := c.HandoverWait(); err != nil {
 		return err
 	}
 	if err := validateAddr("httpAddr", c.HTTPAddr); err != nil {
@@ -309,7 +341,19 @@ func (c *Config) Validate() error {
 	if err := c.validateRuntimes(); err != nil {
 		return err
 	}
+	if err := c.ServiceAccounts.validate(); err != nil {
+		return err
+	}
 	if err := c.Egress.validate(); err != nil {
+		return err
+	}
+	if err := c.Policy.validate(); err != nil {
+		return err
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.validateTenants(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {
@@ -319,6 +363,9 @@ func (c *Config) Validate() error {
 	}
 	for _, name := range ConfigMapNames() {
 		if err := parsers[name](c); err != nil {
+			return fmt.Errorf("configMaps: %w", err)
+		}
+		if err := checkKeys(name, c.data(name)); err != nil {
 			return fmt.Errorf("configMaps: %w", err)
 		}
 	}
@@ -466,20 +513,13 @@ func (c *Config) Domain() (*routecfg.Domain, error) {
 	return d, nil
 }
 
-// Deployment returns config-deployment, parsed by Knative (progress-deadline,
-// digest-resolution-timeout, registries-skipping-tag-resolving,
-// runtime-class-name, ...). queue-sidecar-image, which Knative requires,
-// defaults to QueueSidecarImageUnused.
+// Deployment returns config-deployment, parsed by Knative. knbox honours
+// progress-deadline, digest-resolution-timeout and
+// registries-skipping-tag-resolving; Load refuses the other keys unless
+// they have Knative's default (see keys.go). queue-sidecar-image, which
+// Knative requires, defaults to QueueSidecarImageUnused.
 func (c *Config) Deployment() (*deployment.Config, error) {
-	user := c.data(DeploymentName)
-	data := make(map[string]string, len(user)+2)
-	for k, v := range user {
-		data[k] = v
-	}
-	if data[deployment.QueueSidecarImageKey] == "" && data[deployment.DeprecatedQueueSidecarImageKey] == "" {
-		data[deployment.QueueSidecarImageKey] = QueueSidecarImageUnused
-	}
-	d, err := deployment.NewConfigFromMap(data)
+	d, err := parseDeployment(c.data(DeploymentName))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DeploymentName, err)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -47,12 +48,22 @@ func TestDefaults(t *testing.T) {
 		ConfigMaps:          map[string]map[string]string{},
 		Runtimes: map[string]Runtime{
 			"runc":    {Type: "oci", Binary: "runc"},
-			"runsc":   {Type: "oci", Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}, ManageCgroups: &yes},
+			"runsc":   {Type: "oci", Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"}, ManageCgroups: &yes, SandboxENOSYS: &yes},
 			"crun":    {Type: "oci", Binary: "crun"},
 			"process": {Type: "process"},
 		},
 		DefaultRuntimeClass: "runc",
 		Egress:              Egress{Subnet: "10.89.0.0/16", Bridge: "knbox0", CNIPluginDirs: []string{"/usr/lib/cni", "/opt/cni/bin"}},
+		Limits: Limits{
+			API: APILimits{MaxConnections: 1000, ReadHeaderTimeout: Duration(32 * time.Second), IdleTimeout: Duration(90 * time.Second),
+				MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, MaxLongRunningRequests: 1000,
+				RequestTimeout: Duration(time.Minute), MaxObjectBytes: 1536 << 10},
+			Router: ServerLimits{MaxConnections: 10000, ReadHeaderTimeout: Duration(10 * time.Second), IdleTimeout: Duration(90 * time.Second)},
+			Store:  StoreLimits{EventLogSize: 10000, EventLogBytes: 64 << 20, CacheBytes: 16 << 20, WatchBufferBytes: 16 << 20},
+			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
+			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
+				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
+		},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -168,13 +179,16 @@ func TestRuntimeClassNameFeature(t *testing.T) {
 
 func TestLoadExampleFile(t *testing.T) {
 	t.Parallel()
-	c, err := Load(filepath.Join("..", "..", "examples", "knbox.yaml"))
+	c, err := Load(filepath.Join("..", "..", "docs", "knbox.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.APIAddr != DefaultAPIAddr || c.HTTPAddr != DefaultHTTPAddr || c.DataDir != DefaultDataDir ||
 		!reflect.DeepEqual(c.APIHosts, []string{"knbox.localhost"}) {
 		t.Errorf("loaded %+v", c)
+	}
+	if !reflect.DeepEqual(c.Limits, Default().Limits) {
+		t.Errorf("the example's limits are not the defaults:\n%+v\nwant\n%+v", c.Limits, Default().Limits)
 	}
 	if got := c.ConfigMaps["config-autoscaler"]["enable-scale-to-zero"]; got != "true" {
 		t.Errorf("unquoted boolean became %q", got)
@@ -224,7 +238,7 @@ configMaps:
     container-concurrency-target-percentage: 50
   config-network:
     domain-template: "{{.Name}}-{{.Namespace}}.{{.Domain}}"
-    rollout-duration: 30
+    rollout-duration: 0
   config-domain:
     example.com: ""
     internal.example.com: |
@@ -271,7 +285,7 @@ configMaps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.DomainTemplate != "{{.Name}}-{{.Namespace}}.{{.Domain}}" || n.RolloutDurationSecs != 30 || n.TagTemplate != netcfg.DefaultTagTemplate {
+	if n.DomainTemplate != "{{.Name}}-{{.Namespace}}.{{.Domain}}" || n.RolloutDurationSecs != 0 || n.TagTemplate != netcfg.DefaultTagTemplate {
 		t.Errorf("network: %+v", n)
 	}
 	d, err := c.Domain()
@@ -357,6 +371,10 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"egress nameserver not an IP", "egress:\n  nameservers: [dns.example]\n", []string{"egress.nameservers[0]", `"dns.example"`}},
 		{"egress nameserver on loopback", "egress:\n  nameservers: [192.0.2.53, 127.0.0.53]\n", []string{"egress.nameservers[1]", "loopback"}},
 		{"egress unknown field", "egress:\n  enable: true\n", []string{`unknown field "enable"`}},
+		{"issuer not https", "serviceAccounts:\n  issuer: http://x\n", []string{"serviceAccounts.issuer", "https"}},
+		{"empty audience", "serviceAccounts:\n  apiAudiences: [a, \"\"]\n", []string{"serviceAccounts.apiAudiences[1]"}},
+		{"token lifetime too short", "serviceAccounts:\n  maxTokenExpirationSeconds: 60\n", []string{"serviceAccounts.maxTokenExpirationSeconds", "600"}},
+		{"serviceAccounts unknown field", "serviceAccounts:\n  issuers: x\n", []string{`unknown field "issuers"`}},
 		{"bad feature value", "configMaps:\n  config-features:\n    tag-header-based-routing: yes-please\n", []string{"config-features", "tag-header-based-routing", `"yes-please"`}},
 	}
 	for _, tt := range tests {
@@ -441,6 +459,56 @@ func TestKnativeErrorText(t *testing.T) {
 	}
 }
 
+// TestUnusedKeysRefused: a key that no parser reads (a typo) and a key that
+// knbox does not honour, set to anything but Knative's default, fail Load
+// with a message; the defaults of those keys, written out, load.
+func TestUnusedKeysRefused(t *testing.T) {
+	t.Parallel()
+	refused := []struct{ cm, key, value, want string }{
+		{"config-deployment", "runtime-class-name", "gvisor: {}", "defaultRuntimeClass"},
+		{"config-deployment", "queue-sidecar-image", "gcr.io/knative-releases/queue:v1", "queue-proxy"},
+		{"config-deployment", "queue-sidecar-memory-limit", "1Gi", "queue-proxy"},
+		{"config-deployment", "default-affinity-type", "none", "one machine"},
+		{"config-deployment", "progres-deadline", "10s", `unknown key "progres-deadline"`},
+		{"config-network", "ingress-class", "kourier.ingress.networking.knative.dev", "not supported"},
+		{"config-network", "rollout-duration", "30", "gradual rollout"},
+		{"config-network", "http-protocol", "Redirected", "not supported"},
+		{"config-autoscaler", "pod-autoscaler-class", "hpa.autoscaling.knative.dev", "KPA"},
+		{"config-autoscaler", "target-burst-capacity", "0", "always in the request path"},
+		{"config-autoscaler", "activator-capacity", "50", "activator"},
+		{"config-autoscaler", "stable-windw", "60s", `unknown key "stable-windw"`},
+		{"config-gc", "min-non-active-revision", "2", `unknown key "min-non-active-revision"`},
+		{"config-defaults", "revision-timeout-second", "2", `unknown key "revision-timeout-second"`},
+	}
+	for _, tt := range refused {
+		t.Run(tt.cm+"/"+tt.key, func(t *testing.T) {
+			t.Parallel()
+			_, err := parse([]byte(fmt.Sprintf("configMaps:\n  %s:\n    %s: %q\n", tt.cm, tt.key, tt.value)))
+			if err == nil || !strings.Contains(err.Error(), tt.cm) || !strings.Contains(err.Error(), tt.key) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s %s=%q: %v; want an error naming it and %q", tt.cm, tt.key, tt.value, err, tt.want)
+			}
+		})
+	}
+	mustParse(t, `
+configMaps:
+  config-deployment:
+    _example: "# documentation"
+    queue-sidecar-image: ""
+    default-affinity-type: prefer-spread-revision-over-nodes
+    progress-deadline: 60s
+    digest-resolution-timeout: 5s
+    registries-skipping-tag-resolving: ko.local
+  config-network:
+    http-protocol: Enabled
+    ingress-class: istio.ingress.networking.knative.dev
+    domain-template: "{{.Name}}.{{.Namespace}}.{{.Domain}}"
+  config-autoscaler:
+    pod-autoscaler-class: kpa.autoscaling.knative.dev
+    target-burst-capacity: -1
+    activator-capacity: 100
+`)
+}
+
 func TestConfigMapValueScalars(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, `
@@ -482,7 +550,7 @@ func TestValidateAfterChange(t *testing.T) {
 }
 
 func FuzzLoad(f *testing.F) {
-	example, err := os.ReadFile(filepath.Join("..", "..", "examples", "knbox.yaml"))
+	example, err := os.ReadFile(filepath.Join("..", "..", "docs", "knbox.example.yaml"))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -491,6 +559,11 @@ func FuzzLoad(f *testing.F) {
 	f.Add("apiAddr: 127.0.0.1:1\nconfigMaps:\n  config-gc:\n    min-non-active-revisions: 1\n")
 	f.Add("configMaps:\n  config-domain:\n    a.b: |\n      selector:\n        x: y\n")
 	f.Add("egress:\n  enabled: true\n  subnet: 10.89.0.0/16\n  bridge: knbox0\n  nameservers: [192.0.2.53]\n")
+	f.Add("policy:\n  refuseRoot: true\n  seccompProfile: Unconfined\n  pidsLimit: -1\n  maskedPaths: []\n  addableCapabilities: [NET_RAW]\nruntimes:\n  process:\n    enabled: true\n")
+	f.Add("limits:\n  api:\n    maxObjectBytes: 1Mi\n    requestTimeout: 30s\n    maxObjectBytesByResource:\n      configmaps: 512Ki\n  router:\n    readTimeout: 0s\n  images:\n    maxLayerBytes: 1Gi\n")
+	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
+	f.Add("serviceAccounts:\n  issuer: https://knbox.example\n  apiAudiences: [a, b]\n  maxTokenExpirationSeconds: 86400\n")
+	f.Add("podSecurity:\n  defaults: {enforce: baseline, warn: restricted, warn-version: v1.29}\n  exemptions: {runtimeClasses: [runsc]}\nruntimeClasses:\n  defaultAllowed: [runc, runsc]\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		c, err := parse([]byte(content))
 		if err != nil {
@@ -512,11 +585,60 @@ func FuzzLoad(f *testing.F) {
 		if _, err := c.Deployment(); err != nil {
 			t.Fatalf("Deployment after a valid Load: %v", err)
 		}
+		if _, err := c.PodSecurityConfiguration(); err != nil {
+			t.Fatalf("PodSecurityConfiguration after a valid Load: %v", err)
+		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("Validate after a valid Load: %v", err)
 		}
 		if p := c.EgressSubnet(); !p.IsValid() || !p.Addr().Is4() {
 			t.Fatalf("egress subnet %q accepted, but it is not an IPv4 prefix", c.Egress.Subnet)
 		}
+		// Every bound is there and positive.
+		l := c.Limits
+		for name, v := range map[string]int64{
+			"api.maxConnections": int64(l.API.MaxConnections), "api.maxObjectBytes": int64(l.API.MaxObjectBytes),
+			"api.requestTimeout": int64(l.API.RequestTimeout), "router.idleTimeout": int64(l.Router.IdleTimeout),
+			"store.eventLogBytes": int64(l.Store.EventLogBytes), "disk.reserveBytes": int64(l.Disk.ReserveBytes),
+			"images.maxImageBytes": int64(l.Images.MaxImageBytes), "images.maxLayers": int64(l.Images.MaxLayers),
+		} {
+			if v <= 0 {
+				t.Fatalf("limits.%s = %d accepted", name, v)
+			}
+		}
+		for r, n := range l.API.MaxObjectBytesByResource {
+			if n <= 0 {
+				t.Fatalf("limits.api.maxObjectBytesByResource.%s = %d accepted", r, n)
+			}
+		}
 	})
+}
+
+// TestEveryFieldLoads keeps fileConfig in step with Config: a setting that
+// Config has but the file cannot carry would be refused as unknown.
+func TestEveryFieldLoads(t *testing.T) {
+	file := map[string]reflect.Type{}
+	ft := reflect.TypeOf(fileConfig{})
+	for i := 0; i < ft.NumField(); i++ {
+		tag, _, _ := strings.Cut(ft.Field(i).Tag.Get("json"), ",")
+		file[tag] = ft.Field(i).Type
+	}
+	ct := reflect.TypeOf(Config{})
+	for i := 0; i < ct.NumField(); i++ {
+		f := ct.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "" || tag == "-" || tag == "configMaps" {
+			continue
+		}
+		typ, ok := file[tag]
+		if !ok {
+			t.Errorf("Config.%s (%q) cannot be set in the file: fileConfig has no such field", f.Name, tag)
+		} else if typ != f.Type {
+			t.Errorf("Config.%s (%q) is %v, fileConfig's is %v", f.Name, tag, f.Type, typ)
+		}
+	}
+	c := mustParse(t, "restart:\n  keepInstances: false\n  handoverTimeout: 3s\n")
+	if c.KeepsInstances() {
+		t.Error("restart.keepInstances: false was not applied")
+	}
 }

@@ -14,7 +14,8 @@ import (
 type Runtime struct {
 	// Type is "oci" (a runc-compatible command line: runc, runsc, crun) or
 	// "process" (the entrypoint as a plain child process, no isolation
-	// beyond a chroot and a network namespace).
+	// beyond a chroot, a network namespace and a non-root user without
+	// capabilities).
 	Type string `json:"type,omitempty"`
 	// Binary is the runtime's path or a name found in PATH (oci only).
 	Binary string `json:"binary,omitempty"`
@@ -30,10 +31,35 @@ type Runtime struct {
 	// its cgroups (and the OOM kill count with them) when a container exits
 	// and shows the container none of its limits.
 	ManageCgroups *bool `json:"manageCgroups,omitempty"`
+	// SandboxENOSYS is for runtimes with a kernel of their own that answer
+	// EPERM to every errno rule of a seccomp profile (runsc 20221219): the
+	// profile's ENOSYS rules (clone3, io_uring) become allow rules and the
+	// sandbox's kernel answers them, so that glibc and others fall back as
+	// they do on ENOSYS (oci only). Unset: the built-in's value, true for
+	// runsc.
+	SandboxENOSYS *bool `json:"sandboxENOSYS,omitempty"`
+	// Enabled registers the runtime: knbox probes it at start and makes a
+	// RuntimeClass of its name if it works. Unset: true for type oci, false
+	// for type process, which does not isolate (root refused, no
+	// capabilities, but no namespaces but the network's, no seccomp, no
+	// limits) and must be turned on by the operator.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // ManagesCgroups says whether knbox manages the runtime's cgroups.
 func (r Runtime) ManagesCgroups() bool { return r.ManageCgroups != nil && *r.ManageCgroups }
+
+// LetsSandboxAnswerENOSYS says whether the runtime's ENOSYS seccomp rules
+// become allow rules (see SandboxENOSYS).
+func (r Runtime) LetsSandboxAnswerENOSYS() bool { return r.SandboxENOSYS != nil && *r.SandboxENOSYS }
+
+// IsEnabled says whether knbox registers the runtime (see Enabled).
+func (r Runtime) IsEnabled() bool {
+	if r.Enabled != nil {
+		return *r.Enabled
+	}
+	return r.Type != RuntimeProcess
+}
 
 // Runtime types.
 const (
@@ -54,14 +80,17 @@ const DefaultRuntimeClass = "runc"
 //   - --host-uds=open: to open the bind-mounted /dev/log syslog socket;
 //   - --oci-seccomp: to apply the spec's seccomp profile inside the sandbox;
 //
-// and manageCgroups, so that OOM kills are reported and the container sees
-// its limits.
+// manageCgroups, so that OOM kills are reported and the container sees its
+// limits, and sandboxENOSYS, so that clone3 fails with ENOSYS as glibc
+// needs.
+//
+// process is in the table but not enabled: it does not isolate.
 func builtinRuntimes() map[string]Runtime {
 	yes := true
 	return map[string]Runtime{
 		"runc": {Type: RuntimeOCI, Binary: "runc"},
 		"runsc": {Type: RuntimeOCI, Binary: "runsc", Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"},
-			ManageCgroups: &yes},
+			ManageCgroups: &yes, SandboxENOSYS: &yes},
 		"crun":    {Type: RuntimeOCI, Binary: "crun"},
 		"process": {Type: RuntimeProcess},
 	}
@@ -87,6 +116,12 @@ func (c *Config) applyRuntimeDefaults() {
 		}
 		if rt.ManageCgroups != nil {
 			b.ManageCgroups = rt.ManageCgroups
+		}
+		if rt.SandboxENOSYS != nil {
+			b.SandboxENOSYS = rt.SandboxENOSYS
+		}
+		if rt.Enabled != nil {
+			b.Enabled = rt.Enabled
 		}
 		rts[name] = b
 	}
@@ -123,12 +158,15 @@ func (c *Config) validateRuntimes() error {
 				return fmt.Errorf("runtimes.%s.binary: required for type oci", name)
 			}
 		case RuntimeProcess:
-			if rt.Binary != "" || len(rt.Args) > 0 || rt.ManagesCgroups() {
-				return fmt.Errorf("runtimes.%s: type process takes no binary, args or manageCgroups", name)
+			if rt.Binary != "" || len(rt.Args) > 0 || rt.ManagesCgroups() || rt.LetsSandboxAnswerENOSYS() {
+				return fmt.Errorf("runtimes.%s: type process takes no binary, args, manageCgroups or sandboxENOSYS", name)
 			}
 		default:
 			return fmt.Errorf("runtimes.%s.type: %q is not oci or process", name, rt.Type)
 		}
+	}
+	if rt, ok := c.Runtimes[c.DefaultRuntimeClass]; ok && !rt.IsEnabled() {
+		return fmt.Errorf("defaultRuntimeClass: %q is a runtime that is not enabled", c.DefaultRuntimeClass)
 	}
 	if errs := validation.IsDNS1123Subdomain(c.DefaultRuntimeClass); len(errs) > 0 {
 		return fmt.Errorf("defaultRuntimeClass: %q: %s", c.DefaultRuntimeClass, errs[0])

@@ -56,7 +56,20 @@ defaultRuntimeClass: runsc
 	if off.Runtimes["runsc"].ManagesCgroups() || !off.Runtimes["kata"].ManagesCgroups() || off.Runtimes["runsc"].Binary != "runsc" {
 		t.Errorf("manageCgroups set in the file: runsc %+v, kata %+v", off.Runtimes["runsc"], off.Runtimes["kata"])
 	}
+	// process isolates nothing: in the table, but off unless turned on.
+	if d.Runtimes["process"].IsEnabled() || !d.Runtimes["runc"].IsEnabled() || !d.Runtimes["runsc"].LetsSandboxAnswerENOSYS() || d.Runtimes["runc"].LetsSandboxAnswerENOSYS() {
+		t.Errorf("defaults: process enabled %v, runc enabled %v, runsc sandboxENOSYS %v", d.Runtimes["process"].IsEnabled(), d.Runtimes["runc"].IsEnabled(), d.Runtimes["runsc"].LetsSandboxAnswerENOSYS())
+	}
+	on, err := parse([]byte("runtimes:\n  process:\n    enabled: true\n  crun:\n    enabled: false\n  trusted:\n    type: process\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !on.Runtimes["process"].IsEnabled() || on.Runtimes["crun"].IsEnabled() || on.Runtimes["trusted"].IsEnabled() {
+		t.Errorf("enabled set in the file: process %v, crun %v, trusted (type process) %v", on.Runtimes["process"].IsEnabled(), on.Runtimes["crun"].IsEnabled(), on.Runtimes["trusted"].IsEnabled())
+	}
 	for _, bad := range []struct{ doc, want string }{
+		{"defaultRuntimeClass: process\n", `"process" is a runtime that is not enabled`},
+		{"runtimes:\n  process:\n    sandboxENOSYS: true\n", "sandboxENOSYS"},
 		{"runtimes:\n  Bad_Name:\n    binary: x\n", "not a valid handler name"},
 		{"runtimes:\n  x:\n    type: vm\n    binary: x\n", "is not oci or process"},
 		{"runtimes:\n  x:\n    type: oci\n", "binary: required"},

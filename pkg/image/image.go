@@ -25,6 +25,23 @@
 // after all its layers are in place, so a crash never leaves a half layer or
 // half image that looks complete. One Store (one process) owns a Root.
 //
+// # Hostile images
+//
+// Nothing is unpacked from bytes that were not verified: a layer's blob is
+// copied into Root/tmp (no more than the size the manifest gives) and its
+// size and digest checked first; a blob of a loaded archive is checked where
+// it is. What an image may take is bounded (Limits): the manifest, the
+// config, the number of layers and their compressed sizes are checked before
+// anything else is fetched; while unpacking, every entry counts against the
+// files and bytes of its layer and of its image (a sparse file counts its
+// full length, holes included), the whole uncompressed stream is bounded
+// (what follows the tar's end too), and the free space is checked as bytes
+// are written. Blocks of zeros are written as holes, so a sparse file stays
+// sparse. A blob whose content failed (verification, a limit, an entry
+// refused) is not fetched again before a backoff that doubles from
+// Limits.PullBackoff; its error, which names the limit to raise, is
+// returned meanwhile.
+//
 // # Layers in use
 //
 // Prune never removes a layer that a mounted overlay uses. It learns which
@@ -82,6 +99,12 @@ type Options struct {
 	// Keychain gives default credentials; nil means authn.DefaultKeychain
 	// (the docker config of the user, else anonymous).
 	Keychain authn.Keychain
+	// Limits bound what an image may take; see Limits.
+	Limits Limits
+	// SkipTagResolving lists registries (host or host:port, as Knative's
+	// registries-skipping-tag-resolving) whose tags are resolved from the
+	// local tag index only (loaded images), never by asking the registry.
+	SkipTagResolving []string
 }
 
 // Config is what an image says about how to run it.
@@ -134,6 +157,10 @@ type Store struct {
 
 	images flight[*Image]
 	layers flight[struct{}]
+
+	limits  Limits
+	skip    []string
+	backoff backoff // of blobs whose content failed
 }
 
 // Open opens (creating if needed) the cache at opts.Root and removes work
@@ -153,7 +180,10 @@ func Open(opts Options) (*Store, error) {
 		root:     root,
 		insecure: append([]string(nil), opts.Insecure...),
 		keychain: opts.Keychain,
+		limits:   opts.Limits.withDefaults(),
+		skip:     append([]string(nil), opts.SkipTagResolving...),
 	}
+	s.backoff = backoff{first: s.limits.PullBackoff, max: s.limits.MaxPullBackoff, now: time.Now}
 	if s.keychain == nil {
 		s.keychain = authn.DefaultKeychain
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -51,7 +50,9 @@ func (s *Store) Load(ctx context.Context, r io.Reader) ([]string, error) {
 	}
 	defer os.Remove(spool.Name())
 	defer spool.Close()
-	if _, err := io.Copy(spool, r); err != nil {
+	// The archive is spooled to disk: keep MinFreeBytes free while it is.
+	guard := &layerBudget{checkDisk: s.checkDisk}
+	if _, err := io.Copy(&diskGuard{w: spool, b: guard}, r); err != nil {
 		return nil, fmt.Errorf("load: read archive: %w", err)
 	}
 	a, err := indexArchive(spool)
@@ -186,6 +187,20 @@ func indexArchive(f *os.File) (*archive, error) {
 	return a, nil
 }
 
+// diskGuard checks the free space as it writes.
+type diskGuard struct {
+	w io.Writer
+	b *layerBudget
+}
+
+func (g *diskGuard) Write(p []byte) (int, error) {
+	n, err := g.w.Write(p)
+	if err == nil {
+		err = g.b.written(int64(n))
+	}
+	return n, err
+}
+
 type countingReader struct {
 	r io.Reader
 	n int64
@@ -232,20 +247,13 @@ func (a *archive) read(name string) ([]byte, error) {
 
 func blobName(h v1.Hash) string { return path.Join("blobs", h.Algorithm, h.Hex) }
 
-// uncompressed opens an archive entry as a layer's uncompressed stream,
-// decompressing gzip or zstd if its first bytes say so.
-func (a *archive) uncompressed(name string) func() (io.ReadCloser, error) {
-	return func() (io.ReadCloser, error) {
-		l, err := partial.CompressedToLayer(&archiveBlob{open: func() (io.ReadCloser, error) { return a.open(name) }})
-		if err != nil {
-			return nil, err
-		}
-		return l.Uncompressed()
-	}
+// blob is a layer blob of the archive, verified and unpacked where it is.
+func (a *archive) blob(name string) blob {
+	return blob{open: func() (io.ReadCloser, error) { return a.open(name) }, local: true}
 }
 
 // archiveBlob lets go-containerregistry detect and undo the compression of a
-// blob; only Compressed is ever called.
+// blob (gzip or zstd, by its first bytes); only Compressed is ever called.
 type archiveBlob struct {
 	open func() (io.ReadCloser, error)
 }
@@ -331,7 +339,7 @@ func (a *archive) ociImage(desc v1.Descriptor, depth int) (source, error) {
 		if !a.has(name) {
 			return source{}, fmt.Errorf("layer %s is not in the archive", l.Digest)
 		}
-		src.layers = append(src.layers, a.uncompressed(name))
+		src.layers = append(src.layers, a.blob(name))
 	}
 	return src, nil
 }
@@ -402,7 +410,7 @@ func (a *archive) dockerImages() ([]loaded, error) {
 				return nil, fmt.Errorf("layer %s: %w", l, err)
 			}
 			m.Layers = append(m.Layers, desc)
-			li.src.layers = append(li.src.layers, a.uncompressed(l))
+			li.src.layers = append(li.src.layers, a.blob(l))
 		}
 		mraw, err := json.Marshal(m)
 		if err != nil {

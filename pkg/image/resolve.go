@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -48,6 +49,9 @@ func (s *Store) Resolve(ctx context.Context, ref string, kc authn.Keychain) (str
 	case name.Tag:
 		if d, ok := s.localTag(r.Name()); ok {
 			return r.Context().Name() + "@" + d, nil
+		}
+		if reg := r.RegistryStr(); slices.Contains(s.skip, reg) {
+			return "", fmt.Errorf("resolve %s: %w: registry %s is in config-deployment's registries-skipping-tag-resolving, so its tags are resolved from loaded images only (knbox image load), and this one is not loaded", ref, ErrNotFound, reg)
 		}
 		d, err := s.resolveRemote(ctx, r, kc)
 		if err != nil {

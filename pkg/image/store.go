@@ -1,7 +1,9 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,9 +23,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // pullJobs bounds the layers of one image fetched and unpacked at once.
@@ -43,15 +48,26 @@ type record struct {
 type layerMeta struct {
 	DiffID string `json:"diffID"`
 	Size   int64  `json:"size"` // bytes on disk of the unpacked files
+	// Bytes and Files are what the layer counts against an image's limits.
+	Bytes int64 `json:"bytes,omitempty"`
+	Files int64 `json:"files,omitempty"`
 }
 
 // source is an image to add to the cache, from a registry or an archive.
 type source struct {
 	digest   v1.Hash // of manifest, checked against it
 	manifest []byte
-	config   []byte // checked against the manifest
-	layers   []func() (io.ReadCloser, error)
+	config   []byte   // checked against the manifest
+	layers   []blob   // as the manifest lists them
 	repos    []string // repositories it is known under
+}
+
+// blob is a layer as stored (compressed or not) and fetched.
+type blob struct {
+	open func() (io.ReadCloser, error)
+	// local: the blob is on this machine already (in a loaded archive), so
+	// it is verified where it is instead of copied first.
+	local bool
 }
 
 // Pull returns the image ref names, fetching and unpacking it first unless
@@ -135,6 +151,12 @@ func (s *Store) pullRemote(ctx context.Context, d name.Digest, kc authn.Keychain
 	if !desc.MediaType.IsImage() {
 		return nil, unsupportedManifest(desc.MediaType)
 	}
+	// The limits that the manifest alone tells, before anything else is
+	// fetched.
+	m, err := s.checkManifest(desc.Manifest)
+	if err != nil {
+		return nil, err
+	}
 	img, err := desc.Image()
 	if err != nil {
 		return nil, err
@@ -143,20 +165,56 @@ func (s *Store) pullRemote(ctx context.Context, d name.Digest, kc authn.Keychain
 	if err != nil {
 		return nil, fmt.Errorf("fetch config: %w", err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, fmt.Errorf("read manifest layers: %w", err)
-	}
 	src := source{
 		digest:   desc.Digest,
 		manifest: desc.Manifest,
 		config:   config,
 		repos:    []string{d.Context().Name()},
 	}
-	for _, l := range layers {
-		src.layers = append(src.layers, l.Uncompressed)
+	for _, l := range m.Layers {
+		src.layers = append(src.layers, blob{open: func() (io.ReadCloser, error) {
+			layer, err := img.LayerByDigest(l.Digest)
+			if err != nil {
+				return nil, err
+			}
+			return layer.Compressed()
+		}})
 	}
 	return s.add(ctx, src)
+}
+
+// checkManifest parses an image manifest and checks the limits it alone
+// tells: its size, the size of the config, the number and sizes of the
+// layers.
+func (s *Store) checkManifest(raw []byte) (*v1.Manifest, error) {
+	l := s.limits
+	if int64(len(raw)) > l.MaxManifestBytes {
+		return nil, fmt.Errorf("the manifest is %d bytes, more than %d (limits.images.maxManifestBytes)", len(raw), l.MaxManifestBytes)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest: %w", err)
+	}
+	if m.Config.Size > l.MaxConfigBytes || m.Config.Size < 0 {
+		return nil, fmt.Errorf("the config is %d bytes, more than %d (limits.images.maxConfigBytes)", m.Config.Size, l.MaxConfigBytes)
+	}
+	if len(m.Layers) > l.MaxLayers {
+		return nil, fmt.Errorf("the image has %d layers, more than %d (limits.images.maxLayers)", len(m.Layers), l.MaxLayers)
+	}
+	var total int64
+	for i, d := range m.Layers {
+		if d.Size < 0 || d.Size > l.MaxLayerBytes {
+			return nil, fmt.Errorf("layer %d (%s) is %d bytes compressed, more than %s (limits.images.maxLayerBytes)", i+1, d.Digest, d.Size, disk.Bytes(l.MaxLayerBytes))
+		}
+		if d.Digest.Algorithm != "sha256" {
+			return nil, fmt.Errorf("layer %d: unsupported digest algorithm %q", i+1, d.Digest.Algorithm)
+		}
+		total += d.Size
+	}
+	if total > l.MaxImageBytes {
+		return nil, fmt.Errorf("the layers are %d bytes compressed, more than %s (limits.images.maxImageBytes)", total, disk.Bytes(l.MaxImageBytes))
+	}
+	return m, nil
 }
 
 // add verifies an image's manifest and config, unpacks its layers that are
@@ -165,9 +223,12 @@ func (s *Store) add(ctx context.Context, src source) (*Image, error) {
 	if got := sha256Hex(src.manifest); "sha256:"+got != src.digest.String() {
 		return nil, fmt.Errorf("manifest digest is sha256:%s, want %s", got, src.digest)
 	}
-	m, err := v1.ParseManifest(bytes.NewReader(src.manifest))
+	m, err := s.checkManifest(src.manifest)
 	if err != nil {
-		return nil, fmt.Errorf("parse manifest: %w", err)
+		return nil, err
+	}
+	if int64(len(src.config)) > s.limits.MaxConfigBytes {
+		return nil, fmt.Errorf("the config is %d bytes, more than %d (limits.images.maxConfigBytes)", len(src.config), s.limits.MaxConfigBytes)
 	}
 	if m.Config.MediaType != "" && !m.Config.MediaType.IsConfig() {
 		return nil, fmt.Errorf("not a container image: config media type %q", m.Config.MediaType)
@@ -198,7 +259,19 @@ func (s *Store) add(ctx context.Context, src source) (*Image, error) {
 		return nil, err
 	}
 
-	// Unpack up to pullJobs layers at once; each layer once per Store.
+	// The image's limits count the layers it has in the cache already,
+	// and those unpacked now as they are.
+	ib := &imageBudget{maxBytes: s.limits.MaxImageBytes, maxFiles: s.limits.MaxImageFiles}
+	for _, id := range diffIDs {
+		if meta, ok := s.readLayerMeta(id.String()); ok {
+			ib.bytes.Add(meta.Bytes)
+			ib.files.Add(meta.Files)
+		}
+	}
+	// Unpack up to pullJobs layers at once; each layer once per Store. The
+	// first failure stops the others.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make([]error, len(diffIDs))
 	sem := make(chan struct{}, pullJobs)
 	var wg sync.WaitGroup
@@ -208,10 +281,19 @@ func (s *Store) add(ctx context.Context, src source) (*Image, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = s.ensureLayer(ctx, id, src.layers[i])
+			if errs[i] = s.ensureLayer(lctx, id, m.Layers[i], src.layers[i], ib); errs[i] != nil {
+				errs[i] = fmt.Errorf("layer %d of %d (%s): %w", i+1, len(diffIDs), m.Layers[i].Digest, errs[i])
+				cancel()
+			}
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		// The first error that is not another layer's cancellation.
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.Canceled)) {
+			return nil, err
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -243,35 +325,46 @@ func isLayer(mt types.MediaType) bool {
 }
 
 // ensureLayer unpacks a layer unless it is in place; two callers wanting
-// one layer at once share one download.
-func (s *Store) ensureLayer(ctx context.Context, diffID v1.Hash, open func() (io.ReadCloser, error)) error {
+// one layer at once share one download. A blob whose content failed is not
+// fetched again before its backoff ends.
+func (s *Store) ensureLayer(ctx context.Context, diffID v1.Hash, desc v1.Descriptor, b blob, ib *imageBudget) error {
 	if _, err := os.Stat(s.layerDir(diffID.String())); err == nil {
 		return nil
 	}
-	_, err := s.layers.do(ctx, diffID.String(), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, s.unpackLayer(ctx, diffID, open)
-	})
-	if err != nil {
-		return fmt.Errorf("layer %s: %w", diffID, err)
+	if err := s.backoff.wait(desc.Digest.String()); err != nil {
+		return err
 	}
-	return nil
+	_, err := s.layers.do(ctx, diffID.String(), func(ctx context.Context) (struct{}, error) {
+		err := s.unpackLayer(ctx, diffID, desc, b, ib)
+		switch {
+		case err == nil:
+			s.backoff.succeed(desc.Digest.String())
+		case isContentError(err):
+			s.backoff.fail(desc.Digest.String(), err)
+		}
+		return struct{}{}, err
+	})
+	return err
 }
 
-// unpackLayer unpacks a layer into a temporary directory, checks that its
-// content matches diffID, syncs it and renames it into place.
-func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io.ReadCloser, error)) (err error) {
+// unpackLayer fetches a layer's blob and checks its size and digest before
+// anything is unpacked (a remote blob is copied into Root/tmp first, a
+// local one is read twice), unpacks it into a temporary directory within
+// the limits, checks that its content matches diffID, syncs it and renames
+// it into place. Nothing of a layer that fails stays.
+func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, desc v1.Descriptor, b blob, ib *imageBudget) (err error) {
 	final := s.layerDir(diffID.String())
 	if _, err := os.Stat(final); err == nil {
 		return nil
 	}
-	if diffID.Algorithm != "sha256" {
-		return fmt.Errorf("unsupported digest algorithm %q", diffID.Algorithm)
+	if diffID.Algorithm != "sha256" || desc.Digest.Algorithm != "sha256" {
+		return contentErrorf("unsupported digest algorithm %q", diffID.Algorithm)
 	}
-	rc, err := open()
+	verified, cleanup, err := s.verifiedBlob(ctx, desc, b)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
+	defer cleanup()
 	tmp, err := os.MkdirTemp(s.tmpDir(), "layer-")
 	if err != nil {
 		return err
@@ -285,23 +378,37 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 	if err := os.Mkdir(lower, 0o755); err != nil {
 		return err
 	}
-	h := sha256.New()
-	tee := io.TeeReader(rc, h)
-	if err := unpack(ctx, lower, tee); err != nil {
+	l, err := partial.CompressedToLayer(&archiveBlob{open: verified})
+	if err != nil {
 		return err
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return contentErrorf("decompress: %w", err)
+	}
+	defer rc.Close()
+	lb := &layerBudget{maxBytes: s.limits.MaxLayerBytes, maxFiles: s.limits.MaxLayerFiles, image: ib, checkDisk: s.checkDisk}
+	// The whole stream is bounded, what follows the tar's end too (a gzip
+	// bomb after it would otherwise be read for the diff ID).
+	maxStream := s.limits.MaxLayerBytes + s.limits.MaxLayerFiles*(2*512) + 1<<20
+	counted := &limitedReader{r: rc, left: maxStream}
+	h := sha256.New()
+	tee := io.TeeReader(counted, h)
+	if err := unpack(ctx, lower, tee, lb); err != nil {
+		return s.contentOrNot(err, counted)
 	}
 	// The diff ID covers the whole stream, the tar's end padding too.
 	if _, err := io.Copy(io.Discard, tee); err != nil {
-		return err
+		return s.contentOrNot(err, counted)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
-		return fmt.Errorf("content is sha256:%s, not the layer's diff ID", got)
+		return contentErrorf("the layer's content is sha256:%s, not its diff ID %s", got, diffID)
 	}
 	size, err := diskUsage(lower)
 	if err != nil {
 		return err
 	}
-	meta, _ := json.Marshal(layerMeta{DiffID: diffID.String(), Size: size})
+	meta, _ := json.Marshal(layerMeta{DiffID: diffID.String(), Size: size, Bytes: lb.bytes, Files: lb.files})
 	if err := os.WriteFile(filepath.Join(tmp, "layer.json"), meta, 0o600); err != nil {
 		return err
 	}
@@ -318,6 +425,155 @@ func (s *Store) unpackLayer(ctx context.Context, diffID v1.Hash, open func() (io
 		return err
 	}
 	return syncDir(filepath.Dir(final))
+}
+
+// contentOrNot makes an unpacking error a contentError when the layer's
+// content caused it: a refused entry, a corrupt stream, a stream over its
+// bound. Cancellation, a full disk and I/O errors of the cache stay as
+// they are.
+func (s *Store) contentOrNot(err error, r *limitedReader) error {
+	switch {
+	case isContentError(err):
+		return err
+	case r.over:
+		return contentErrorf("the uncompressed layer is larger than %s (limits.images.maxLayerBytes)", disk.Bytes(s.limits.MaxLayerBytes))
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errUnpackCanceled), disk.IsNoSpace(err):
+		return err
+	case errors.Is(err, tar.ErrHeader), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum),
+		errors.Is(err, errTraversal), errors.Is(err, errSymlinkParent), errors.Is(err, errNotDirParent), errors.Is(err, errBadLinkTarget),
+		errors.Is(err, errInvalidEntry), strings.HasPrefix(err.Error(), "read layer:"):
+		return &contentError{err: err}
+	}
+	return err
+}
+
+// verifiedBlob returns an opener of the layer's blob once its size and
+// digest match desc, and a cleanup function. A remote blob is copied into
+// Root/tmp first (no more than its declared size, which the limits bound),
+// so nothing is unpacked from bytes that were not verified.
+func (s *Store) verifiedBlob(ctx context.Context, desc v1.Descriptor, b blob) (func() (io.ReadCloser, error), func(), error) {
+	noop := func() {}
+	verify := func(r io.Reader, w io.Writer) error {
+		h := sha256.New()
+		dst := io.Writer(h)
+		if w != nil {
+			dst = io.MultiWriter(w, h)
+		}
+		n, err := io.Copy(dst, &ctxReader{ctx: ctx, r: io.LimitReader(r, desc.Size+1)})
+		got := hex.EncodeToString(h.Sum(nil))
+		switch {
+		case n > desc.Size:
+			return contentErrorf("the blob is longer than the %d bytes the manifest says", desc.Size)
+		case n == desc.Size && got != desc.Digest.Hex:
+			// go-containerregistry also fails the read at its end:
+			// the digest is the reason either way.
+			return contentErrorf("the blob is sha256:%s, not %s as the manifest says: it failed verification", got, desc.Digest)
+		case err != nil:
+			return err
+		case n < desc.Size:
+			return contentErrorf("the blob is %d bytes, not %d as the manifest says", n, desc.Size)
+		}
+		return nil
+	}
+	if b.local {
+		rc, err := b.open()
+		if err != nil {
+			return nil, noop, err
+		}
+		err = verify(rc, nil)
+		rc.Close()
+		if err != nil {
+			return nil, noop, err
+		}
+		return b.open, noop, nil
+	}
+	if err := s.checkRoom(desc.Size); err != nil {
+		return nil, noop, err
+	}
+	rc, err := b.open()
+	if err != nil {
+		return nil, noop, err
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(s.tmpDir(), "blob-")
+	if err != nil {
+		return nil, noop, err
+	}
+	cleanup := func() { f.Close(); os.Remove(f.Name()) }
+	if err := verify(rc, f); err != nil {
+		cleanup()
+		return nil, noop, err
+	}
+	open := func() (io.ReadCloser, error) {
+		return io.NopCloser(io.NewSectionReader(f, 0, desc.Size)), nil
+	}
+	return open, cleanup, nil
+}
+
+// checkDisk fails when the cache's file system has less than MinFreeBytes
+// free.
+func (s *Store) checkDisk() error { return s.checkRoom(0) }
+
+// checkRoom fails unless n bytes more leave MinFreeBytes free.
+func (s *Store) checkRoom(n int64) error {
+	if s.limits.MinFreeBytes < 0 {
+		return nil
+	}
+	free, err := disk.Free(s.root)
+	if err != nil {
+		return nil // cannot tell: the writes will
+	}
+	if free-n < s.limits.MinFreeBytes {
+		return fmt.Errorf("the data dir has %s free, and pulling needs %s more than the %s kept free (limits.disk.minFreeBytes): prune images or free disk space",
+			disk.Bytes(free), disk.Bytes(n), disk.Bytes(s.limits.MinFreeBytes))
+	}
+	return nil
+}
+
+// limitedReader reads at most left bytes of r and then fails, noting it.
+type limitedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.over = true
+		return 0, errors.New("stream over its limit")
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// ctxReader stops reading when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// readLayerMeta reads the layer.json of a cached layer.
+func (s *Store) readLayerMeta(diffID string) (layerMeta, bool) {
+	raw, err := os.ReadFile(filepath.Join(s.layerDir(diffID), "layer.json"))
+	if err != nil {
+		return layerMeta{}, false
+	}
+	var m layerMeta
+	if json.Unmarshal(raw, &m) != nil {
+		return layerMeta{}, false
+	}
+	return m, true
 }
 
 // cached returns the image with the given manifest digest if it is in the
@@ -558,14 +814,7 @@ func (s *Store) blobSize(digest string) int64 {
 }
 
 func (s *Store) layerSize(diffID string) int64 {
-	raw, err := os.ReadFile(filepath.Join(s.layerDir(diffID), "layer.json"))
-	if err != nil {
-		return 0
-	}
-	var m layerMeta
-	if json.Unmarshal(raw, &m) != nil {
-		return 0
-	}
+	m, _ := s.readLayerMeta(diffID)
 	return m.Size
 }
 

@@ -36,14 +36,15 @@ var (
 // unpack extracts the uncompressed layer tar r into dir (an existing, empty
 // directory) as an overlayfs lower directory; see the package comment for
 // what is kept, skipped and refused. It reads r only up to the end of the
-// tar archive.
-func unpack(ctx context.Context, dir string, r io.Reader) error {
+// tar archive. Every entry counts against b (nil: no limits), and a limit
+// exceeded ends the unpacking with a contentError.
+func unpack(ctx context.Context, dir string, r io.Reader, b *layerBudget) error {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dir, err)
 	}
 	defer unix.Close(root)
-	u := &unpacker{root: root, rootless: os.Geteuid() != 0}
+	u := &unpacker{root: root, rootless: os.Geteuid() != 0, budget: b, buf: make([]byte, 64<<10)}
 	tr := tar.NewReader(r)
 	for {
 		if ctx.Err() != nil {
@@ -56,7 +57,17 @@ func unpack(ctx context.Context, dir string, r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("read layer: %w", err)
 		}
+		size := int64(0)
+		if hdr.Typeflag == tar.TypeReg {
+			size = hdr.Size
+		}
+		if err := b.entry(size); err != nil {
+			return err
+		}
 		if err := u.entry(hdr, tr); err != nil {
+			if isContentError(err) {
+				return err
+			}
 			return fmt.Errorf("%q: %w", hdr.Name, err)
 		}
 	}
@@ -67,6 +78,8 @@ type unpacker struct {
 	root     int  // the layer directory, never closed by entry
 	rootless bool // not root: ownership cannot be set, so it is not
 	dirs     []dirTimes
+	budget   *layerBudget
+	buf      []byte // for copying files
 }
 
 // dirTimes are set when the layer is done, since adding entries to a
@@ -220,7 +233,12 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		f := os.NewFile(uintptr(fd), name)
 		defer f.Close()
-		if _, err := io.Copy(f, r); err != nil {
+		// Blocks of zeros become holes: a sparse file stays sparse.
+		w := &sparseWriter{f: f, budget: u.budget}
+		if _, err := io.CopyBuffer(w, r, u.buf); err != nil {
+			return err
+		}
+		if err := w.finish(); err != nil {
 			return err
 		}
 		if err := u.attrs(fd, hdr, mode); err != nil {

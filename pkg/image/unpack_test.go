@@ -108,7 +108,7 @@ func TestUnpackKeepsWhatALayerSays(t *testing.T) {
 		entry{name: "dirthenfile/child", body: "c"},
 		entry{name: "dirthenfile", body: "now a file"},
 	)
-	if err := unpack(context.Background(), dir, bytes.NewReader(layer)); err != nil {
+	if err := unpack(context.Background(), dir, bytes.NewReader(layer), nil); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "bin/su")); fi.Mode()&fs.ModeSetuid == 0 || fi.Mode().Perm() != 0o755 {
@@ -175,7 +175,7 @@ func TestUnpackWhiteouts(t *testing.T) {
 		entry{name: ".wh.kept"}, // a whiteout hides only lower layers
 		entry{name: ".wh..wh.plnk"},
 	)
-	if err := unpack(context.Background(), dir, bytes.NewReader(layer)); err != nil {
+	if err := unpack(context.Background(), dir, bytes.NewReader(layer), nil); err != nil {
 		t.Fatal(err)
 	}
 	st := lstat(t, filepath.Join(dir, "gone"))
@@ -249,7 +249,7 @@ func TestUnpackRefuses(t *testing.T) {
 				tt.entries[i].link = strings.ReplaceAll(tt.entries[i].link, "OUTSIDE", outside)
 			}
 			dir := t.TempDir()
-			err := unpack(context.Background(), dir, bytes.NewReader(tarOf(t, tt.entries...)))
+			err := unpack(context.Background(), dir, bytes.NewReader(tarOf(t, tt.entries...)), nil)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("unpack: %v, want %v", err, tt.want)
 			}
@@ -267,7 +267,7 @@ func TestUnpackRefuses(t *testing.T) {
 func TestUnpackCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := unpack(ctx, t.TempDir(), bytes.NewReader(tarOf(t, entry{name: "f", body: "x"})))
+	err := unpack(ctx, t.TempDir(), bytes.NewReader(tarOf(t, entry{name: "f", body: "x"})), nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("unpack: %v, want context.Canceled", err)
 	}
@@ -297,7 +297,8 @@ func TestCleanPath(t *testing.T) {
 }
 
 // FuzzUnpack feeds arbitrary bytes to the unpacker as a layer: it must never
-// panic, and never create or change anything outside the layer directory.
+// panic, and never create or change anything outside the layer directory
+// (nor more than its limits inside).
 func FuzzUnpack(f *testing.F) {
 	f.Add(tarOf(f, entry{name: "a/b/c", body: "x"}, entry{name: "l", typ: tar.TypeSymlink, link: "/"}))
 	f.Add(tarOf(f, entry{name: "l", typ: tar.TypeSymlink, link: "../.."}, entry{name: "l/x", body: "x"}))
@@ -323,8 +324,8 @@ func FuzzUnpack(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(outside, "victim"), []byte("v"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// The result does not matter, only what it did.
-		_ = unpack(context.Background(), layer, bytes.NewReader(data))
+		// The result does not matter, only what it did, within the limits.
+		_ = unpack(context.Background(), layer, bytes.NewReader(data), &layerBudget{maxBytes: 1 << 20, maxFiles: 1000})
 
 		top, err := os.ReadDir(sandbox)
 		if err != nil {

@@ -30,7 +30,13 @@ import (
 //   - KNBOX-NAT-<bridge> (nat, from POSTROUTING) masquerades what leaves the
 //     subnet;
 //   - KNBOX-FWD-<bridge> (filter, first in FORWARD) accepts what instances
-//     send out and the answers, even where FORWARD's policy drops;
+//     send out and the answers, even where FORWARD's policy drops, and
+//     drops every other packet bound for the bridge: nothing outside
+//     reaches an instance directly, even a peer with a route to the subnet
+//     (knbox reaches instances through their loopback, never the bridge);
+//   - KNBOX-OUT-<bridge> (filter, from OUTPUT for packets out to the
+//     bridge) drops new connections from the host itself, so local users
+//     do not bypass the router either;
 //   - KNBOX-IN-<bridge> (filter, and ip6tables, from INPUT for packets in
 //     from the bridge) drops everything: nothing from an instance is
 //     delivered to the host, whichever host address it names.
@@ -51,6 +57,12 @@ import (
 //
 // Forwarding (net.ipv4.ip_forward) is turned on by the bridge plugin, for the
 // whole host, as every container engine does.
+//
+// What an Egress makes is recorded in its StateDir (egress.json: the
+// bridge, the subnet, the chains) before it is made, so that turning egress
+// off (TearDownRecorded) removes exactly that, whatever the configuration
+// says now; a bridge of that name that this record does not claim (another
+// knbox's, another program's) is never used nor removed.
 
 // Default egress settings.
 const (
@@ -293,7 +305,30 @@ func (e *Egress) setup() error {
 }
 
 func (e *Egress) doSetup() error {
+	rec, err := readRecord(e.cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if rec != nil && (rec.Bridge != e.cfg.Bridge || rec.Subnet != e.cfg.Subnet.String()) {
+		// The configuration changed: undo what the record says first.
+		if err := TearDownRecorded(context.Background(), e.cfg.StateDir, e.cfg.PluginDirs, DefaultRoot); err != nil {
+			return fmt.Errorf("egress: remove the bridge %s of an earlier configuration: %w", rec.Bridge, err)
+		}
+		rec = nil
+	}
 	br, err := netlink.LinkByName(e.cfg.Bridge)
+	if err == nil && rec == nil {
+		return fmt.Errorf("egress: a bridge %s exists that this knbox did not make (no record in %s): another knbox or program uses it; set egress.bridge to another name, or delete it (ip link del %s)", e.cfg.Bridge, e.cfg.StateDir, e.cfg.Bridge)
+	}
+	if rec == nil {
+		rec = &record{Bridge: e.cfg.Bridge, Subnet: e.cfg.Subnet.String()}
+		for _, c := range e.chains() {
+			rec.Chains = append(rec.Chains, recordedChain{Bin: c.bin, Table: c.table, Name: c.name, From: c.from})
+		}
+		if err := writeRecord(e.cfg.StateDir, rec); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
 		la := netlink.NewLinkAttrs()
 		la.Name = e.cfg.Bridge
@@ -346,7 +381,10 @@ func (e *Egress) chains() []chain {
 			rules: [][]string{
 				{"-i", br, "!", "-o", br, "-j", "ACCEPT"},
 				{"-o", br, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+				{"-o", br, "-j", "DROP"},
 			}},
+		{bin: "iptables", table: "filter", name: "KNBOX-OUT-" + br, from: []string{"OUTPUT", "-o", br}, insert: true,
+			rules: [][]string{{"-m", "conntrack", "--ctstate", "NEW", "-j", "DROP"}}},
 		{bin: "iptables", table: "nat", name: "KNBOX-NAT-" + br, from: []string{"POSTROUTING", "-s", subnet}, insert: false,
 			rules: [][]string{
 				{"-d", subnet, "-j", "RETURN"},
@@ -407,16 +445,27 @@ func (c chain) uninstall() error {
 	return c.ipt("-X", c.name)
 }
 
-// Remove deletes the bridge and its chains. For tests and for an operator
-// who turns egress off; Detach every namespace first.
+// Remove deletes the bridge and the chains of this Egress's configuration,
+// and its record. For tests, which know what they made; Detach every
+// namespace first. Turning egress off is TearDownRecorded.
 func (e *Egress) Remove() error {
+	errs := []error{removeBridgeAndChains(e.cfg.Bridge, e.chains())}
+	if err := os.Remove(filepath.Join(e.cfg.StateDir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("egress: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func removeBridgeAndChains(bridge string, chains []chain) error {
 	var errs []error
-	if br, err := netlink.LinkByName(e.cfg.Bridge); err == nil {
-		if err := netlink.LinkDel(br); err != nil {
-			errs = append(errs, fmt.Errorf("egress: delete bridge %s: %w", e.cfg.Bridge, err))
+	if br, err := netlink.LinkByName(bridge); err == nil {
+		if _, ok := br.(*netlink.Bridge); ok {
+			if err := netlink.LinkDel(br); err != nil {
+				errs = append(errs, fmt.Errorf("egress: delete bridge %s: %w", bridge, err))
+			}
 		}
 	}
-	for _, c := range e.chains() {
+	for _, c := range chains {
 		if _, err := exec.LookPath(c.bin); err != nil {
 			continue
 		}
@@ -425,4 +474,112 @@ func (e *Egress) Remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recordFile, in an Egress's StateDir, records what it made.
+const recordFile = "egress.json"
+
+// record is what an Egress made: its bridge, subnet and chains.
+type record struct {
+	Bridge string          `json:"bridge"`
+	Subnet string          `json:"subnet"`
+	Chains []recordedChain `json:"chains"`
+}
+
+type recordedChain struct {
+	Bin   string   `json:"bin"`
+	Table string   `json:"table"`
+	Name  string   `json:"name"`
+	From  []string `json:"from"`
+}
+
+// readRecord reads the record in stateDir; nil when there is none.
+func readRecord(stateDir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(stateDir, recordFile), err)
+	}
+	p, err := netip.ParsePrefix(r.Subnet)
+	if err != nil || !validName.MatchString(r.Bridge) || len(r.Bridge) > 15 {
+		return nil, fmt.Errorf("%s: not a record of a bridge and a subnet", filepath.Join(stateDir, recordFile))
+	}
+	r.Subnet = p.String()
+	for _, c := range r.Chains {
+		// Only knbox's own chains, and their jumps, are ever removed.
+		if !strings.HasPrefix(c.Name, "KNBOX-") || !strings.HasSuffix(c.Name, "-"+r.Bridge) ||
+			(c.Bin != "iptables" && c.Bin != "ip6tables") || (c.Table != "filter" && c.Table != "nat") || len(c.From) == 0 {
+			return nil, fmt.Errorf("%s: chain %q is not one of knbox's", filepath.Join(stateDir, recordFile), c.Name)
+		}
+	}
+	return &r, nil
+}
+
+// writeRecord writes r into stateDir (created 0700), atomically.
+func writeRecord(stateDir string, r *record) error {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(stateDir, recordFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(stateDir, recordFile))
+}
+
+// TearDownRecorded undoes what an Egress with state in stateDir made, as its
+// record says, whatever the configuration says now: it detaches every
+// namespace that holds an attachment (found in nsRoot by name), removes the
+// recorded chains and the bridge (not another knbox's, nor a bridge of
+// another name), and removes stateDir. Without stateDir there is nothing to
+// do; with a stateDir but no record (an older knbox), the attachments go
+// but the bridge and rules are left, and an error says so.
+func TearDownRecorded(ctx context.Context, stateDir string, pluginDirs []string, nsRoot string) error {
+	if _, err := os.Stat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	rec, err := readRecord(stateDir)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if rec == nil {
+		return fmt.Errorf("egress: %s has no record of the bridge and rules egress made (an older knbox made them): remove them by hand", stateDir)
+	}
+	subnet, _ := netip.ParsePrefix(rec.Subnet)
+	eg, err := NewEgress(EgressConfig{Bridge: rec.Bridge, Subnet: subnet, PluginDirs: pluginDirs, StateDir: stateDir})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	ids, err := eg.Attached()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range ids {
+		if err := eg.Detach(ctx, &NS{Name: id, Path: filepath.Join(nsRoot, id)}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var chains []chain
+	for _, c := range rec.Chains {
+		chains = append(chains, chain{bin: c.Bin, table: c.Table, name: c.Name, from: c.From})
+	}
+	errs = append(errs, removeBridgeAndChains(rec.Bridge, chains))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(stateDir); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	return nil
 }

@@ -2,15 +2,18 @@ package network_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/knbox/knbox/pkg/network"
@@ -185,6 +188,18 @@ func TestNewEgressRefusesBadConfig(t *testing.T) {
 	}
 }
 
+// rulesOf is the lines of rules that name bridge: other tests on the
+// machine (of other packages, of other checkouts) change the tables too.
+func rulesOf(rules, bridge string) string {
+	var out []string
+	for _, l := range strings.Split(rules, "\n") {
+		if strings.Contains(l, bridge) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
+}
+
 // iptablesSave is the filter and nat tables' rules.
 func iptablesSave(t testing.TB) string {
 	t.Helper()
@@ -216,17 +231,17 @@ func TestEgressChains(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			rules = iptablesSave(t)
+			rules = rulesOf(iptablesSave(t), tn.Bridge)
 		}
 		if err := eg.Detach(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 		last = eg
 	}
-	if after := iptablesSave(t); after != rules {
+	if after := rulesOf(iptablesSave(t), tn.Bridge); after != rules {
 		t.Errorf("rules differ after a second setup and an attachment:\nbefore:\n%s\nafter:\n%s", rules, after)
 	}
-	for _, jump := range []string{"-j KNBOX-IN-" + tn.Bridge, "-j KNBOX-FWD-" + tn.Bridge, "-j KNBOX-NAT-" + tn.Bridge} {
+	for _, jump := range []string{"-j KNBOX-IN-" + tn.Bridge, "-j KNBOX-FWD-" + tn.Bridge, "-j KNBOX-NAT-" + tn.Bridge, "-j KNBOX-OUT-" + tn.Bridge} {
 		if n := strings.Count(rules, jump+"\n"); n != 1 {
 			t.Errorf("%d jumps %q, want 1:\n%s", n, jump, rules)
 		}
@@ -236,5 +251,144 @@ func TestEgressChains(t *testing.T) {
 	}
 	if after := iptablesSave(t); strings.Contains(after, tn.Bridge) {
 		t.Errorf("rules of %s left after Remove:\n%s", tn.Bridge, after)
+	}
+}
+
+// TestEgressNoDirectInbound is the finding: with egress on, a peer with a
+// route to the subnet got 200 from every instance, bypassing the router
+// and cluster-local visibility. New connections into the bridge are
+// dropped, from another machine (forwarded) and from the host itself; the
+// instance still reaches the outside and knbox still reaches it through
+// its loopback.
+func TestEgressNoDirectInbound(t *testing.T) {
+	networktest.RequireCNI(t)
+	root := nsRoot(t)
+	tn := networktest.NewNet(t, "kbd")
+	eg := tn.Egress(t)
+	peer := networktest.NewPeer(t)
+	peer.RouteTo(t, tn.Subnet)
+	a := newNS(t, root, "a")
+	addr, err := eg.Attach(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eg.Detach(context.Background(), a)
+	l, err := a.Listen("tcp4", "0.0.0.0:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go networktest.Serve(l, "instance")
+	target := netip.AddrPortFrom(addr, 8080)
+
+	// The paths that must work, so that a refusal below means a drop.
+	if got, err := networktest.DialFrom(a, peer.AddrPort(), 10*time.Second); err != nil || got != peer.HostAddr.String() {
+		t.Fatalf("instance to the outside: %q, %v", got, err)
+	}
+	if got, err := networktest.DialFrom(a, netip.MustParseAddrPort("127.0.0.1:8080"), 10*time.Second); err != nil || got != "instance" {
+		t.Fatalf("the instance's loopback: %q, %v", got, err)
+	}
+	if got, err := networktest.DialFrom(peer.NS, target, 2*time.Second); err == nil {
+		t.Errorf("a peer with a route to %s reached the instance at %s: %q", tn.Subnet, target, got)
+	}
+	if c, err := net.DialTimeout("tcp4", target.String(), 2*time.Second); err == nil {
+		c.Close()
+		t.Errorf("the host reached the instance at %s directly", target)
+	}
+	// The host's attempt is dropped as it leaves (UDP too would be), not
+	// only its answer as it comes back.
+	out, err := exec.Command("iptables", "-w", "-t", "filter", "-L", "KNBOX-OUT-"+tn.Bridge, "-v", "-n", "-x").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables: %v: %s", err, out)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) < 3 || strings.Fields(lines[2])[0] == "0" {
+		t.Errorf("KNBOX-OUT-%s dropped nothing:\n%s", tn.Bridge, out)
+	}
+}
+
+// TestTearDownRecorded is the finding: turning egress off removed the
+// default knbox0 (maybe another knbox's) and left a custom bridge. It now
+// removes exactly what the state dir records (the attachments, the chains,
+// the bridge), whatever the configuration says, and leaves another
+// knbox's bridge, which an Egress of this state dir also refuses to use.
+func TestTearDownRecorded(t *testing.T) {
+	networktest.RequireCNI(t)
+	root := nsRoot(t)
+	ctx := context.Background()
+	mine := networktest.NewNet(t, "kbm")
+	other := networktest.NewNet(t, "kbo")
+	eg, otherEg := mine.Egress(t), other.Egress(t)
+	a := newNS(t, root, "a")
+	if _, err := eg.Attach(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := newNS(t, root, "b")
+	if _, err := otherEg.Attach(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	defer otherEg.Detach(ctx, b)
+
+	// This knbox's state may not take the other's bridge.
+	thief, err := network.NewEgress(network.EgressConfig{Bridge: other.Bridge, Subnet: other.Subnet, StateDir: filepath.Join(t.TempDir(), "cni")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := thief.Attach(ctx, newNS(t, root, "c")); err == nil || !strings.Contains(err.Error(), "did not make") {
+		t.Errorf("an Egress of another state dir used the bridge %s: %v", other.Bridge, err)
+	}
+
+	if err := network.TearDownRecorded(ctx, mine.StateDir, nil, root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(mine.Bridge); err == nil {
+		t.Errorf("bridge %s left", mine.Bridge)
+	}
+	rules := iptablesSave(t)
+	if strings.Contains(rules, mine.Bridge) {
+		t.Errorf("rules of %s left:\n%s", mine.Bridge, rules)
+	}
+	if _, err := os.Stat(mine.StateDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state dir left: %v", err)
+	}
+	if _, err := netlink.LinkByName(other.Bridge); err != nil {
+		t.Errorf("the other knbox's bridge %s went: %v", other.Bridge, err)
+	}
+	for _, c := range []string{"KNBOX-FWD-", "KNBOX-IN-", "KNBOX-NAT-", "KNBOX-OUT-"} {
+		if !strings.Contains(rules, "-N "+c+other.Bridge) {
+			t.Errorf("the other knbox's chain %s%s went", c, other.Bridge)
+		}
+	}
+	if err := network.TearDownRecorded(ctx, mine.StateDir, nil, root); err != nil {
+		t.Errorf("a second teardown: %v", err)
+	}
+}
+
+// TestEgressConfigChange: an Egress whose state dir records another bridge
+// (egress.bridge changed) removes that one first.
+func TestEgressConfigChange(t *testing.T) {
+	networktest.RequireCNI(t)
+	root := nsRoot(t)
+	ctx := context.Background()
+	before := networktest.NewNet(t, "kbb")
+	after := networktest.NewNet(t, "kba")
+	after.StateDir = before.StateDir
+	eg := before.Egress(t)
+	a := newNS(t, root, "a")
+	if _, err := eg.Attach(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := eg.Detach(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	eg2 := after.Egress(t)
+	if _, err := eg2.Attach(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	defer eg2.Detach(ctx, a)
+	if _, err := netlink.LinkByName(before.Bridge); err == nil {
+		t.Errorf("the earlier bridge %s is still there", before.Bridge)
+	}
+	if rules := iptablesSave(t); strings.Contains(rules, before.Bridge) {
+		t.Errorf("rules of the earlier bridge left:\n%s", rules)
 	}
 }

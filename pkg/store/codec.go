@@ -8,11 +8,14 @@ import (
 	"strings"
 )
 
-// On-disk layout (format 1):
+// On-disk layout (format 2):
 //
 //	objects: resource \x00 namespace \x00 name -> 8-byte big-endian revision ++ value
-//	events:  8-byte big-endian revision        -> encoded event (see encodeEvent)
+//	events:  8-byte big-endian revision        -> encoded event (see encodeRecord)
 //	meta:    "revision" -> 8-byte big-endian revision, "format" -> 1 byte
+//
+// Format 1 kept the previous value in every event as well; opening it drops
+// its event log (a watch from before the upgrade gets ErrGone and relists).
 var (
 	bucketObjects = []byte("objects")
 	bucketEvents  = []byte("events")
@@ -22,7 +25,7 @@ var (
 	metaFormat   = []byte("format")
 )
 
-const formatVersion = 1
+const formatVersion = 2
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -92,52 +95,95 @@ func decodeObject(key Key, b []byte) (Entry, error) {
 
 var eventTypeCodes = map[EventType]byte{Added: 'A', Modified: 'M', Deleted: 'D'}
 
-// encodeEvent encodes ev (its revision is the bbolt key) as a type byte
-// followed by uvarint-length-prefixed resource, namespace and name, then value
-// and prev with their length plus one, so 0 keeps a nil slice nil.
-func encodeEvent(ev Event) []byte {
-	k := ev.Entry.Key
-	n := 1 + 5*binary.MaxVarintLen64 + len(k.Resource) + len(k.Namespace) + len(k.Name) + len(ev.Entry.Value) + len(ev.Prev)
+// Flags of an encoded event.
+const flagStripped = 1 // the value is no longer kept (see Options.EventLogBytes)
+
+// record is an event as the log keeps it: the previous value is not there
+// (it is the value of the event at prevRev), and a stripped event has no
+// value either.
+type record struct {
+	typ      EventType
+	key      Key
+	rev      int64
+	prevRev  int64 // the key's revision before this event; 0 for Added
+	value    []byte
+	vlen     int64 // len(value), also when decodeRecord did not read it
+	stripped bool
+}
+
+// event is r as an Event without its previous value.
+func (r record) event() Event {
+	return Event{Type: r.typ, Entry: Entry{Key: r.key, Value: r.value, Revision: r.rev}, prevRev: r.prevRev}
+}
+
+// size is what r's value costs in the log.
+func (r record) size() int64 {
+	if r.stripped {
+		return 0
+	}
+	return r.vlen
+}
+
+// encodeRecord encodes r (its revision is the bbolt key) as a type byte, a
+// flags byte, the uvarint-length-prefixed resource, namespace and name, the
+// uvarint previous revision, and, unless stripped, the value with its length
+// plus one, so 0 keeps a nil slice nil.
+func encodeRecord(r record) []byte {
+	k := r.key
+	n := 2 + 5*binary.MaxVarintLen64 + len(k.Resource) + len(k.Namespace) + len(k.Name) + len(r.value)
 	b := make([]byte, 0, n)
-	b = append(b, eventTypeCodes[ev.Type])
+	b = append(b, eventTypeCodes[r.typ])
+	if r.stripped {
+		b = append(b, flagStripped)
+	} else {
+		b = append(b, 0)
+	}
 	for _, s := range []string{k.Resource, k.Namespace, k.Name} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	for _, v := range [][]byte{ev.Entry.Value, ev.Prev} {
-		if v == nil {
-			b = binary.AppendUvarint(b, 0)
-			continue
-		}
-		b = binary.AppendUvarint(b, uint64(len(v))+1)
-		b = append(b, v...)
+	b = binary.AppendUvarint(b, uint64(r.prevRev))
+	if r.stripped {
+		return b
 	}
-	return b
+	if r.value == nil {
+		return binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.value))+1)
+	return append(b, r.value...)
 }
 
-// decodeEvent decodes an event stored under revision key k. It copies
-// everything out of b.
-func decodeEvent(k, b []byte) (Event, error) {
+// decodeRecord decodes an event stored under revision key k. With value
+// false it skips the value (cheap: nothing is copied); otherwise it copies
+// the value out of b.
+func decodeRecord(k, b []byte, value bool) (record, error) {
 	rev, err := decodeRevision(k)
 	if err != nil {
-		return Event{}, fmt.Errorf("event key: %w", err)
+		return record{}, fmt.Errorf("event key: %w", err)
 	}
-	fail := func() (Event, error) { return Event{}, fmt.Errorf("event %d: %w", rev, errCorrupt) }
-	if len(b) == 0 {
+	fail := func() (record, error) { return record{}, fmt.Errorf("event %d: %w", rev, errCorrupt) }
+	if len(b) < 2 {
 		return fail()
 	}
-	var ev Event
+	r := record{rev: rev}
 	switch b[0] {
 	case 'A':
-		ev.Type = Added
+		r.typ = Added
 	case 'M':
-		ev.Type = Modified
+		r.typ = Modified
 	case 'D':
-		ev.Type = Deleted
+		r.typ = Deleted
 	default:
 		return fail()
 	}
-	b = b[1:]
+	switch b[1] {
+	case 0:
+	case flagStripped:
+		r.stripped = true
+	default:
+		return fail()
+	}
+	b = b[2:]
 	var strs [3]string
 	for i := range strs {
 		n, w := binary.Uvarint(b)
@@ -147,27 +193,36 @@ func decodeEvent(k, b []byte) (Event, error) {
 		strs[i] = string(b[w : w+int(n)])
 		b = b[w+int(n):]
 	}
-	var vals [2][]byte
-	for i := range vals {
-		n, w := binary.Uvarint(b)
-		if w <= 0 {
-			return fail()
-		}
-		b = b[w:]
-		if n == 0 {
-			continue
-		}
-		n--
-		if n > uint64(len(b)) {
-			return fail()
-		}
-		vals[i] = bytes.Clone(b[:n])
-		b = b[n:]
-	}
-	if len(b) != 0 {
+	r.key = Key{Resource: strs[0], Namespace: strs[1], Name: strs[2]}
+	prev, w := binary.Uvarint(b)
+	if w <= 0 || prev >= uint64(rev) || (prev == 0) != (r.typ == Added) {
 		return fail()
 	}
-	ev.Entry = Entry{Key: Key{Resource: strs[0], Namespace: strs[1], Name: strs[2]}, Value: vals[0], Revision: rev}
-	ev.Prev = vals[1]
-	return ev, nil
+	r.prevRev = int64(prev)
+	b = b[w:]
+	if r.stripped {
+		if len(b) != 0 {
+			return fail()
+		}
+		return r, nil
+	}
+	n, w := binary.Uvarint(b)
+	if w <= 0 {
+		return fail()
+	}
+	b = b[w:]
+	if n == 0 {
+		if len(b) != 0 {
+			return fail()
+		}
+		return r, nil
+	}
+	if n-1 != uint64(len(b)) {
+		return fail()
+	}
+	r.vlen = int64(len(b))
+	if value {
+		r.value = bytes.Clone(b)
+	}
+	return r, nil
 }

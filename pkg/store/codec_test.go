@@ -6,28 +6,38 @@ import (
 	"testing"
 )
 
-func TestEventCodec(t *testing.T) {
-	tests := []Event{
-		{Type: Added, Entry: Entry{Key: Key{svc, "default", "a"}, Value: []byte(`{"a":1}`), Revision: 1}},
-		{Type: Modified, Entry: Entry{Key: Key{svc, "ns", "b"}, Value: []byte("new"), Revision: 1 << 40}, Prev: []byte("old")},
-		{Type: Deleted, Entry: Entry{Key: Key{nsRes, "", "c"}, Value: nil, Revision: 7}, Prev: []byte{}},
-		{Type: Modified, Entry: Entry{Key: Key{svc, "", "d"}, Value: []byte{}, Revision: 8}, Prev: bytes.Repeat([]byte{0, 1}, 300)},
+func sameRecord(a, b record) bool {
+	return a.typ == b.typ && a.key == b.key && a.rev == b.rev && a.prevRev == b.prevRev && a.stripped == b.stripped &&
+		bytes.Equal(a.value, b.value) && (a.value == nil) == (b.value == nil)
+}
+
+func TestRecordCodec(t *testing.T) {
+	tests := []record{
+		{typ: Added, key: Key{svc, "default", "a"}, value: []byte(`{"a":1}`), rev: 1},
+		{typ: Modified, key: Key{svc, "ns", "b"}, value: []byte("new"), rev: 1 << 40, prevRev: 1<<40 - 1},
+		{typ: Deleted, key: Key{nsRes, "", "c"}, value: nil, rev: 7, prevRev: 3},
+		{typ: Modified, key: Key{svc, "", "d"}, value: []byte{}, rev: 8, prevRev: 2},
+		{typ: Modified, key: Key{svc, "", "e"}, rev: 9, prevRev: 2, stripped: true},
+		{typ: Added, key: Key{svc, "", "f"}, rev: 10, stripped: true},
 	}
 	for _, want := range tests {
-		t.Run(string(want.Type)+"/"+want.Entry.Key.Name, func(t *testing.T) {
-			b := encodeEvent(want)
-			got, err := decodeEvent(encodeRevision(want.Entry.Revision), b)
+		t.Run(string(want.typ)+"/"+want.key.Name, func(t *testing.T) {
+			want.vlen = int64(len(want.value))
+			b := encodeRecord(want)
+			got, err := decodeRecord(encodeRevision(want.rev), b, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Type != want.Type || got.Entry.Key != want.Entry.Key || got.Entry.Revision != want.Entry.Revision ||
-				!bytes.Equal(got.Entry.Value, want.Entry.Value) || !bytes.Equal(got.Prev, want.Prev) ||
-				(got.Entry.Value == nil) != (want.Entry.Value == nil) || (got.Prev == nil) != (want.Prev == nil) {
+			if !sameRecord(got, want) || got.vlen != want.vlen {
 				t.Fatalf("round trip: got %+v, want %+v", got, want)
+			}
+			head, err := decodeRecord(encodeRevision(want.rev), b, false)
+			if err != nil || head.value != nil || head.size() != want.size() || head.stripped != want.stripped {
+				t.Fatalf("without the value: %+v, %v", head, err)
 			}
 			// Every truncation is rejected, never a panic.
 			for i := range len(b) {
-				if _, err := decodeEvent(encodeRevision(1), b[:i]); !errors.Is(err, errCorrupt) {
+				if _, err := decodeRecord(encodeRevision(want.rev), b[:i], true); !errors.Is(err, errCorrupt) {
 					t.Fatalf("truncated to %d bytes: err = %v", i, err)
 				}
 			}
@@ -35,24 +45,27 @@ func TestEventCodec(t *testing.T) {
 	}
 }
 
-// FuzzDecodeEvent feeds arbitrary bytes to the event decoder: it must
-// return an error or an event that encodes back to the same bytes.
-func FuzzDecodeEvent(f *testing.F) {
-	f.Add(encodeEvent(Event{Type: Added, Entry: Entry{Key: Key{svc, "default", "a"}, Value: []byte("v")}}))
-	f.Add(encodeEvent(Event{Type: Deleted, Entry: Entry{Key: Key{nsRes, "", "n"}}, Prev: []byte("p")}))
-	f.Add([]byte{'M', 0x80})
+// FuzzDecodeRecord feeds arbitrary bytes to the event decoder: it must
+// return an error or a record that encodes back to the same record.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(encodeRecord(record{typ: Added, key: Key{svc, "default", "a"}, value: []byte("v")}))
+	f.Add(encodeRecord(record{typ: Deleted, key: Key{nsRes, "", "n"}, prevRev: 2}))
+	f.Add(encodeRecord(record{typ: Modified, key: Key{nsRes, "", "n"}, prevRev: 1, stripped: true}))
+	f.Add([]byte{'M', 0, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ev, err := decodeEvent(encodeRevision(3), b)
+		k := encodeRevision(3)
+		r, err := decodeRecord(k, b, true)
 		if err != nil {
 			return
 		}
-		if again := encodeEvent(ev); !bytes.Equal(again, b) {
-			// Uvarints have redundant encodings; compare decoded forms.
-			ev2, err := decodeEvent(encodeRevision(3), again)
-			if err != nil || ev2.Type != ev.Type || ev2.Entry.Key != ev.Entry.Key ||
-				!bytes.Equal(ev2.Entry.Value, ev.Entry.Value) || !bytes.Equal(ev2.Prev, ev.Prev) {
-				t.Fatalf("re-encoding %q gives %q", b, again)
-			}
+		head, err := decodeRecord(k, b, false)
+		if err != nil || head.size() != r.size() {
+			t.Fatalf("decoding without the value: %+v, %v; with it: %+v", head, err, r)
+		}
+		// Uvarints have redundant encodings; compare decoded forms.
+		r2, err := decodeRecord(k, encodeRecord(r), true)
+		if err != nil || !sameRecord(r, r2) {
+			t.Fatalf("re-encoding %q gives %+v, %v; want %+v", b, r2, err, r)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // Mutation is what a MutateFunc returns.
@@ -15,6 +17,11 @@ type Mutation struct {
 	// state to publish in the Deleted event (delete).
 	Value  []byte
 	Delete bool
+	// Deleting marks an update that is a step of a deletion (marking the
+	// object deleted, removing a finalizer or an owner reference): like a
+	// Delete, it is accepted while the disk is low (Options.MinFreeBytes)
+	// and may use the reserve when the disk is full.
+	Deleting bool
 	// Noop means nothing changes: no write, no revision used; Mutate returns
 	// the current entry.
 	Noop bool
@@ -23,8 +30,9 @@ type Mutation struct {
 // MutateFunc gets the current entry (nil if the key is absent) and the
 // revision the write will get if it happens, so the caller can embed it in
 // the value as metadata.resourceVersion. It runs inside the write transaction:
-// it must be quick and must not call the store. An error it returns aborts the
-// write and is returned unchanged from Mutate.
+// it must be quick and must not call the store, and it may run twice (when a
+// deletion finds the disk full, it is retried once the reserve is given up).
+// An error it returns aborts the write and is returned unchanged from Mutate.
 type MutateFunc func(cur *Entry, rev int64) (Mutation, error)
 
 // maxCompactPerWrite bounds the events a write removes from the log. One is
@@ -38,6 +46,10 @@ const maxCompactPerWrite = 8
 // published final state with the delete's revision. Deleting or no-op on an
 // absent key returns ErrNotFound. Writes are serialized; events reach the
 // watchers after the commit, in revision order.
+//
+// A value larger than its limit (Options.MaxValueBytes) fails with a
+// *TooLargeError; a write other than a deletion fails with ErrNoSpace while
+// the disk is low, and any write does when the disk is full.
 func (s *Store) Mutate(key Key, fn MutateFunc) (Entry, error) {
 	if err := key.validate(); err != nil {
 		return Entry{}, fmt.Errorf("mutate: %w", err)
@@ -47,14 +59,51 @@ func (s *Store) Mutate(key Key, fn MutateFunc) (Entry, error) {
 	if s.closed.Load() {
 		return Entry{}, fmt.Errorf("mutate %s: %w", key, ErrClosed)
 	}
+	w, err := s.write(key, fn)
+	if w.deleting && disk.IsNoSpace(err) && s.space.release() {
+		// The disk is full and this write frees space: give up the
+		// reserve so that it can be committed.
+		w, err = s.write(key, fn)
+	}
+	if w.fnErr != nil {
+		return Entry{}, w.fnErr
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, berrors.ErrDatabaseNotOpen):
+			err = ErrClosed
+		case disk.IsNoSpace(err):
+			err = fmt.Errorf("the disk of %s is full: %w", s.space.dir, ErrNoSpace)
+		}
+		return Entry{}, fmt.Errorf("mutate %s: %w", key, err)
+	}
+	if w.noop {
+		return w.out, nil
+	}
+	s.rev.Store(w.ev.Entry.Revision)
+	s.compacted, s.stripped, s.logBytes = w.compacted, w.stripped, w.logBytes
+	ev := w.ev
+	ev.Prev = nil // the ring does not keep it
+	s.ring.push(ev)
+	s.dispatch(w.ev)
+	return w.out, nil
+}
+
+// written is the outcome of one write transaction.
+type written struct {
+	out      Entry
+	ev       Event
+	noop     bool
+	deleting bool
+	fnErr    error
+	// The log's state after the write.
+	compacted, stripped, logBytes int64
+}
+
+// write runs one write transaction for Mutate.
+func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 	rev := s.rev.Load() + 1
-	var (
-		out       Entry
-		ev        Event
-		noop      bool
-		fnErr     error
-		compacted = s.compacted
-	)
+	w := written{compacted: s.compacted, stripped: s.stripped, logBytes: s.logBytes}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		objects := tx.Bucket(bucketObjects)
 		okey := objectKey(key)
@@ -67,57 +116,76 @@ func (s *Store) Mutate(key Key, fn MutateFunc) (Entry, error) {
 			cur = &e
 		}
 		var m Mutation
-		m, fnErr = fn(cur, rev)
-		if fnErr != nil {
-			return fnErr
+		m, w.fnErr = fn(cur, rev)
+		if w.fnErr != nil {
+			return w.fnErr
 		}
+		w.deleting = m.Delete || m.Deleting
 		switch {
 		case cur == nil && (m.Noop || m.Delete):
 			return ErrNotFound
 		case m.Noop:
-			out, noop = *cur, true
+			w.out, w.noop = *cur, true
 			return nil
+		}
+		if !m.Delete {
+			if limit := s.valueLimit(key.Resource); int64(len(m.Value)) > limit {
+				return &TooLargeError{Resource: key.Resource, Size: int64(len(m.Value)), Limit: limit}
+			}
+		}
+		if !w.deleting {
+			if err := s.space.check(); err != nil {
+				return err
+			}
+		}
+		var ev Event
+		switch {
 		case m.Delete:
 			if err := objects.Delete(okey); err != nil {
 				return fmt.Errorf("delete object: %w", err)
 			}
-			ev = Event{Type: Deleted, Prev: cur.Value}
+			ev = Event{Type: Deleted, Prev: cur.Value, prevRev: cur.Revision}
 		default:
 			if err := objects.Put(okey, encodeObject(rev, m.Value)); err != nil {
 				return fmt.Errorf("put object: %w", err)
 			}
 			ev = Event{Type: Added}
 			if cur != nil {
-				ev = Event{Type: Modified, Prev: cur.Value}
+				ev = Event{Type: Modified, Prev: cur.Value, prevRev: cur.Revision}
 			}
 		}
-		out = Entry{Key: key, Value: m.Value, Revision: rev}
+		w.out = Entry{Key: key, Value: m.Value, Revision: rev}
 		// Events keep their own copy: the caller may reuse its buffer.
 		ev.Entry = Entry{Key: key, Value: bytes.Clone(m.Value), Revision: rev}
+		if ev.Prev != nil {
+			// Share the previous value with the ring's copy, if it has
+			// one, rather than keep two.
+			if old, ok := s.ring.at(ev.prevRev); ok && old.Entry.Key == key && bytes.Equal(old.Entry.Value, ev.Prev) {
+				ev.Prev = old.Entry.Value
+			}
+		}
+		w.ev = ev
 		if err := s.appendEvent(tx, ev); err != nil {
 			return err
 		}
+		w.logBytes += int64(len(ev.Entry.Value))
 		var err error
-		compacted, err = s.compact(tx, rev, compacted)
+		if w.compacted, w.logBytes, err = s.compact(tx, rev, w.compacted, w.logBytes); err != nil {
+			return err
+		}
+		w.stripped = max(w.stripped, w.compacted)
+		w.stripped, w.logBytes, err = s.strip(tx, rev, w.stripped, w.logBytes)
 		return err
 	})
-	if fnErr != nil {
-		return Entry{}, fnErr
+	return w, err
+}
+
+// valueLimit is the largest value a write of resource may store.
+func (s *Store) valueLimit(resource string) int64 {
+	if n, ok := s.opts.MaxValueBytesByResource[resource]; ok {
+		return n
 	}
-	if err != nil {
-		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-			err = ErrClosed
-		}
-		return Entry{}, fmt.Errorf("mutate %s: %w", key, err)
-	}
-	if noop {
-		return out, nil
-	}
-	s.rev.Store(rev)
-	s.compacted = compacted
-	s.ring.push(ev)
-	s.dispatch(ev)
-	return out, nil
+	return s.opts.MaxValueBytes
 }
 
 // appendEvent persists ev and the new revision.
@@ -125,7 +193,8 @@ func (s *Store) appendEvent(tx *bolt.Tx, ev Event) error {
 	events := tx.Bucket(bucketEvents)
 	events.FillPercent = 0.9 // keys only grow: pack pages
 	rev := encodeRevision(ev.Entry.Revision)
-	if err := events.Put(rev, encodeEvent(ev)); err != nil {
+	r := record{typ: ev.Type, key: ev.Entry.Key, rev: ev.Entry.Revision, prevRev: ev.prevRev, value: ev.Entry.Value}
+	if err := events.Put(rev, encodeRecord(r)); err != nil {
 		return fmt.Errorf("put event: %w", err)
 	}
 	if err := tx.Bucket(bucketMeta).Put(metaRevision, rev); err != nil {
@@ -136,28 +205,56 @@ func (s *Store) appendEvent(tx *bolt.Tx, ev Event) error {
 
 // compact removes at most maxCompactPerWrite of the oldest events that fall
 // outside the last EventLogSize revisions, and returns the new compacted
-// revision.
-func (s *Store) compact(tx *bolt.Tx, rev, compacted int64) (int64, error) {
+// revision and the bytes of values the log keeps.
+func (s *Store) compact(tx *bolt.Tx, rev, compacted, logBytes int64) (int64, int64, error) {
 	limit := rev - int64(s.opts.EventLogSize) // events <= limit go
 	c := tx.Bucket(bucketEvents).Cursor()
 	for range maxCompactPerWrite {
-		k, _ := c.First()
+		k, v := c.First()
 		if k == nil {
 			break
 		}
-		r, err := decodeRevision(k)
+		r, err := decodeRecord(k, v, false)
 		if err != nil {
-			return 0, fmt.Errorf("compact: %w", err)
+			return 0, 0, fmt.Errorf("compact: %w", err)
 		}
-		if r > limit {
+		if r.rev > limit {
 			break
 		}
 		if err := c.Delete(); err != nil {
-			return 0, fmt.Errorf("compact event %d: %w", r, err)
+			return 0, 0, fmt.Errorf("compact event %d: %w", r.rev, err)
 		}
-		compacted = r
+		compacted = r.rev
+		logBytes -= r.size()
 	}
-	return compacted, nil
+	return compacted, logBytes, nil
+}
+
+// strip drops the values of the oldest events while the log keeps more than
+// EventLogBytes of them, never the newest event's (revision rev), and
+// returns the new stripped revision and the bytes kept.
+func (s *Store) strip(tx *bolt.Tx, rev, stripped, logBytes int64) (int64, int64, error) {
+	events := tx.Bucket(bucketEvents)
+	for logBytes > s.opts.EventLogBytes && stripped+1 < rev {
+		k := encodeRevision(stripped + 1)
+		v := events.Get(k)
+		if v == nil {
+			return 0, 0, fmt.Errorf("strip: event %d missing: %w", stripped+1, errCorrupt)
+		}
+		r, err := decodeRecord(k, v, false)
+		if err != nil {
+			return 0, 0, fmt.Errorf("strip: %w", err)
+		}
+		if !r.stripped {
+			logBytes -= r.size()
+			r.stripped, r.value, r.vlen = true, nil, 0
+			if err := events.Put(k, encodeRecord(r)); err != nil {
+				return 0, 0, fmt.Errorf("strip event %d: %w", r.rev, err)
+			}
+		}
+		stripped = r.rev
+	}
+	return stripped, logBytes, nil
 }
 
 // Create stores a new object; value gets the revision it will be stored at.

@@ -6,6 +6,14 @@
 // fsynced before a write is acknowledged, so an acknowledged write survives
 // kill -9, and revisions are never reused, not even after deletes or restarts.
 //
+// Everything it keeps is bounded: the event log by count (EventLogSize) and
+// by the bytes of the values it keeps in full (EventLogBytes; older events
+// keep only their key and revision), the in-memory copy of the newest events
+// by bytes (CacheBytes), each watcher's backlog by events and bytes, each
+// value by size (MaxValueBytes), and the disk it may fill (MinFreeBytes),
+// with a reserve file so that a full disk never blocks a delete. The database
+// file is compacted at Open when most of it is free pages.
+//
 // The store must not interpret what it stores: values are opaque bytes (JSON
 // in practice) that it never decodes, and it knows nothing of Kubernetes kinds,
 // versions, validation or defaulting. A Key's Resource is just a string chosen
@@ -16,11 +24,17 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // Errors returned by the store, possibly wrapped with context; test them with
@@ -31,11 +45,28 @@ var (
 	ErrConflict   = errors.New("revision conflict")  // expected revision did not match
 	ErrGone       = errors.New("revision compacted") // watch from a revision older than the retained log
 	ErrClosed     = errors.New("store closed")
-	ErrInvalidKey = errors.New("invalid key") // empty Resource or Name, or a NUL byte in a field
+	ErrInvalidKey = errors.New("invalid key")                         // empty Resource or Name, or a NUL byte in a field
+	ErrTooLarge   = errors.New("value too large")                     // see TooLargeError
+	ErrNoSpace    = errors.New("not enough free space for the store") // see Options.MinFreeBytes
 )
 
-// Key names one object. Resource is "group/plural" ("serving.knative.dev/services",
-// "/namespaces" for the core group); the store treats it as opaque. Namespace
+// TooLargeError is the error of a write whose value is larger than the limit
+// of its resource; errors.Is(err, ErrTooLarge) holds.
+type TooLargeError struct {
+	Resource    string
+	Size, Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s: value of %d bytes, the limit is %d: %v", e.Resource, e.Size, e.Limit, ErrTooLarge)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// Key names one object. Resource is chosen by the caller (the apiserver uses
+// "plural.group": "services.serving.knative.dev", "namespaces"); the store
+// treats it as opaque. Namespace
 // is "" for cluster-scoped objects. No field may contain the byte 0.
 type Key struct{ Resource, Namespace, Name string }
 
@@ -67,45 +98,112 @@ type Event struct {
 	// deleting MutateFunc, and Revision is the delete's revision.
 	Entry Entry
 	// Prev is the previous value for Modified and Deleted, nil for Added.
-	Prev []byte
+	// An event replayed from the log (a watch from a past revision) whose
+	// previous value is no longer kept has a nil Prev and PrevCompacted set.
+	Prev          []byte
+	PrevCompacted bool
+
+	prevRev int64 // the key's revision before this event; 0 for Added
 }
 
 // Options tune a store. The zero value gives the documented defaults.
 type Options struct {
 	// EventLogSize is how many most recent events are kept, persisted in
 	// bbolt so a watch can resume from a revision across restarts. Zero means
-	// 10000.
+	// DefaultEventLogSize.
 	EventLogSize int
+	// EventLogBytes bounds the values the event log keeps: the newest
+	// events keep theirs, up to this many bytes in all (the newest event
+	// always); older ones keep only their type, key and revisions. A watch
+	// resuming from a revision gets ErrGone if one of the events it would
+	// replay has lost its value; watches of other resources are not
+	// affected. Zero means DefaultEventLogBytes.
+	EventLogBytes int64
+	// CacheBytes bounds the values of the newest events held in memory as
+	// well, so that recent resumptions do not read the file. Zero means
+	// DefaultCacheBytes.
+	CacheBytes int64
 	// WatchBuffer is the channel buffer per watcher; a watcher that falls
 	// further behind is closed (the caller re-watches from the last revision
-	// it saw). Zero means 1000.
+	// it saw). Zero means DefaultWatchBuffer.
 	WatchBuffer int
+	// WatchBufferBytes closes a watcher whose pending events hold more than
+	// this many bytes of values, as WatchBuffer does by count. Zero means
+	// DefaultWatchBufferBytes.
+	WatchBufferBytes int64
+	// MaxValueBytes is the largest value a write may store (the Deleted
+	// event of an existing object is never refused). Zero means
+	// DefaultMaxValueBytes.
+	MaxValueBytes int64
+	// MaxValueBytesByResource lowers or raises MaxValueBytes for some
+	// resources (Key.Resource).
+	MaxValueBytesByResource map[string]int64
+	// MinFreeBytes: while the file system of the store has less free space,
+	// writes other than deletions (Delete, and Mutations with Deleting set)
+	// fail with ErrNoSpace. Zero means DefaultMinFreeBytes; negative turns
+	// the check off.
+	MinFreeBytes int64
+	// ReserveBytes is the size of a file kept beside the database
+	// (path + ".reserve") and given up when a deletion finds the disk full,
+	// so that deleting objects, which needs a write, always works. It is
+	// made again once MinFreeBytes plus its size are free. Zero means
+	// DefaultReserveBytes; negative: no reserve.
+	ReserveBytes int64
 
-	// ringSize caps the in-memory copy of the event log; older retained
+	// ringSize caps the number of events held in memory; older retained
 	// events are read from bbolt. Zero means min(EventLogSize, defaultRingSize).
 	// Unexported: tests shrink it to exercise the bbolt path.
 	ringSize int
 }
 
+// Defaults of Options.
 const (
-	defaultEventLogSize = 10000
-	defaultWatchBuffer  = 1000
-	defaultRingSize     = 4096
+	DefaultEventLogSize     = 10000
+	DefaultEventLogBytes    = 64 << 20
+	DefaultCacheBytes       = 16 << 20
+	DefaultWatchBuffer      = 1000
+	DefaultWatchBufferBytes = 16 << 20
+	// DefaultMaxValueBytes is etcd's default request size limit
+	// (--max-request-bytes, 1.5 MiB), which bounds a Kubernetes object.
+	DefaultMaxValueBytes = 3 << 19
+	DefaultMinFreeBytes  = 256 << 20
+	DefaultReserveBytes  = 64 << 20
+)
+
+const (
+	defaultRingSize = 4096
 	// lockTimeout bounds the wait for bbolt's file lock, so a second process
 	// on the same file fails instead of hanging.
 	lockTimeout = 5 * time.Second
 )
 
 func (o Options) withDefaults() (Options, error) {
-	if o.EventLogSize < 0 || o.WatchBuffer < 0 || o.ringSize < 0 {
+	if o.EventLogSize < 0 || o.WatchBuffer < 0 || o.ringSize < 0 || o.EventLogBytes < 0 ||
+		o.CacheBytes < 0 || o.WatchBufferBytes < 0 || o.MaxValueBytes < 0 {
 		return o, fmt.Errorf("negative option in %+v", o)
 	}
+	for r, n := range o.MaxValueBytesByResource {
+		if n <= 0 {
+			return o, fmt.Errorf("MaxValueBytesByResource[%q]: %d is not positive", r, n)
+		}
+	}
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
 	if o.EventLogSize == 0 {
-		o.EventLogSize = defaultEventLogSize
+		o.EventLogSize = DefaultEventLogSize
 	}
 	if o.WatchBuffer == 0 {
-		o.WatchBuffer = defaultWatchBuffer
+		o.WatchBuffer = DefaultWatchBuffer
 	}
+	def(&o.EventLogBytes, DefaultEventLogBytes)
+	def(&o.CacheBytes, DefaultCacheBytes)
+	def(&o.WatchBufferBytes, DefaultWatchBufferBytes)
+	def(&o.MaxValueBytes, DefaultMaxValueBytes)
+	def(&o.MinFreeBytes, DefaultMinFreeBytes)
+	def(&o.ReserveBytes, DefaultReserveBytes)
 	if o.ringSize == 0 {
 		o.ringSize = min(o.EventLogSize, defaultRingSize)
 	}
@@ -126,38 +224,65 @@ type Store struct {
 	// registers, so a watcher sees every revision exactly once.
 	mu        sync.Mutex
 	compacted int64 // events with revision <= compacted are no longer retained
+	stripped  int64 // events with revision <= stripped have lost their value
+	logBytes  int64 // the bytes of the values the log keeps
 	ring      ring  // the most recent events
 	watchers  map[string]map[*watcher]struct{}
+	space     space
 	done      chan struct{} // closed by Close
 	wg        sync.WaitGroup
 }
 
 // Open opens or creates the store at path (mode 0600), creating its buckets,
-// and recovers the revision counter and the retained event log.
+// and recovers the revision counter and the retained event log. A file that
+// is mostly free pages (after many large objects came and went) is compacted
+// first, and the reserve file (path + ".reserve") is made if missing.
 func Open(path string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	s, err := open(path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if s.worthCompacting() {
+		if err := s.db.Close(); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+		if err := compactFile(path); err != nil {
+			// The file stays as it was: still correct, only larger.
+			slog.Warn("store: compacting the database file failed", "path", path, "err", err)
+		}
+		if s, err = open(path, opts); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+	}
+	s.space.init(path, opts.MinFreeBytes, opts.ReserveBytes)
+	return s, nil
+}
+
+func open(path string, opts Options) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		db:       db,
 		opts:     opts,
-		ring:     newRing(opts.ringSize),
+		ring:     newRing(opts.ringSize, opts.CacheBytes),
 		watchers: make(map[string]map[*watcher]struct{}),
 		done:     make(chan struct{}),
 	}
 	if err := s.recover(); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, err
 	}
 	return s, nil
 }
 
-// recover creates missing buckets and loads the revision and recent events.
+// recover creates missing buckets, migrates an older format and loads the
+// revision, the state of the event log and its newest events.
 func (s *Store) recover() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketObjects, bucketEvents, bucketMeta} {
@@ -168,46 +293,147 @@ func (s *Store) recover() error {
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(metaFormat); {
 		case v == nil:
-			if err := meta.Put(metaFormat, []byte{formatVersion}); err != nil {
-				return fmt.Errorf("write format: %w", err)
+		case len(v) == 1 && v[0] == 1:
+			// Format 1 events carry their previous value: drop the log
+			// (its values may be most of the file; Open compacts it).
+			if err := tx.DeleteBucket(bucketEvents); err != nil {
+				return fmt.Errorf("migrate format 1: %w", err)
 			}
-		case len(v) != 1 || v[0] != formatVersion:
+			if _, err := tx.CreateBucket(bucketEvents); err != nil {
+				return fmt.Errorf("migrate format 1: %w", err)
+			}
+		case len(v) == 1 && v[0] == formatVersion:
+		default:
 			return fmt.Errorf("unsupported store format %v", v)
+		}
+		if err := meta.Put(metaFormat, []byte{formatVersion}); err != nil {
+			return fmt.Errorf("write format: %w", err)
 		}
 		rev, err := decodeRevision(meta.Get(metaRevision))
 		if err != nil {
 			return fmt.Errorf("read revision: %w", err)
 		}
 		s.rev.Store(rev)
-
-		c := tx.Bucket(bucketEvents).Cursor()
-		first, _ := c.First()
-		if first == nil {
-			s.compacted = rev
-			return nil
-		}
-		firstRev, err := decodeRevision(first)
-		if err != nil {
-			return fmt.Errorf("read event key: %w", err)
-		}
-		s.compacted = firstRev - 1
-		// Load the newest events into the ring, oldest first.
-		var recent []Event
-		for k, v := c.Last(); k != nil && len(recent) < s.ring.capacity(); k, v = c.Prev() {
-			ev, err := decodeEvent(k, v)
-			if err != nil {
-				return err
-			}
-			recent = append(recent, ev)
-		}
-		for i := len(recent) - 1; i >= 0; i-- {
-			s.ring.push(recent[i])
-		}
-		if n := len(recent); n > 0 && recent[0].Entry.Revision != rev {
-			return fmt.Errorf("event log ends at revision %d, store is at %d", recent[0].Entry.Revision, rev)
-		}
-		return nil
+		return s.loadLog(tx, rev)
 	})
+}
+
+// loadLog reads the state of the event log: where it starts, which events
+// lost their values, the bytes of those it keeps, and its newest events
+// into the ring.
+func (s *Store) loadLog(tx *bolt.Tx, rev int64) error {
+	c := tx.Bucket(bucketEvents).Cursor()
+	s.ring.next = rev + 1 // until an event is pushed
+	first, _ := c.First()
+	if first == nil {
+		s.compacted, s.stripped = rev, rev
+		return nil
+	}
+	firstRev, err := decodeRevision(first)
+	if err != nil {
+		return fmt.Errorf("read event key: %w", err)
+	}
+	s.compacted, s.stripped = firstRev-1, firstRev-1
+	var last int64
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		r, err := decodeRecord(k, v, false)
+		if err != nil {
+			return err
+		}
+		if r.stripped {
+			s.stripped = r.rev
+		}
+		s.logBytes += r.size()
+		last = r.rev
+	}
+	if last != rev {
+		return fmt.Errorf("event log ends at revision %d, store is at %d", last, rev)
+	}
+	// The newest events with their values, oldest first.
+	var recent []Event
+	var size int64
+	for k, v := c.Last(); k != nil && len(recent) < s.ring.capacity(); k, v = c.Prev() {
+		r, err := decodeRecord(k, v, true)
+		if err != nil {
+			return err
+		}
+		if r.stripped || size+r.size() > s.opts.CacheBytes {
+			break
+		}
+		size += r.size()
+		recent = append(recent, r.event())
+	}
+	for i := len(recent) - 1; i >= 0; i-- {
+		s.ring.push(recent[i])
+	}
+	return nil
+}
+
+// worthCompacting: more than half of a file larger than compactMinBytes
+// is unused (free pages, or room bbolt grew the file by), and the disk has
+// room for the compacted copy.
+func (s *Store) worthCompacting() bool {
+	fi, err := os.Stat(s.db.Path())
+	if err != nil || fi.Size() < compactMinBytes {
+		return false
+	}
+	var used int64
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		used = tx.Size()
+		return nil
+	}); err != nil {
+		return false
+	}
+	st := s.db.Stats()
+	used -= int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	avail, err := disk.Free(filepath.Dir(s.db.Path()))
+	return err == nil && used*2 < fi.Size() && avail > 2*used
+}
+
+// compactMinBytes: smaller files are never compacted. A variable for tests.
+var compactMinBytes int64 = 16 << 20
+
+// compactFile rewrites the bbolt file at path without its free pages: into
+// path + ".compact", synced, then renamed over path. A crash leaves either
+// file complete; a leftover ".compact" is removed first.
+func compactFile(path string) error {
+	tmp := path + ".compact"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("compact: %w", err)
+	}
+	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	defer src.Close()
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	err = bolt.Compact(dst, src, 16<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncFile(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("compact: %w", err)
+	}
+	return syncFile(filepath.Dir(path))
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // Close closes the store and every watch channel. It waits for the watchers'

@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,7 +17,13 @@ type watcher struct {
 	from int64      // only events with a revision > from are delivered
 	in   chan Event // live events; closed by dispatch when the watcher falls behind
 	out  chan Event
+	// pending is the bytes of the values of the events in in.
+	pending atomic.Int64
 }
+
+// logChunkBytes bounds the values of logged events a resuming watcher reads
+// from the file at once; it sends them before it reads more.
+const logChunkBytes = 4 << 20
 
 // Watch streams the events of resource in namespace ("" = all namespaces)
 // with a revision > from.
@@ -24,20 +33,24 @@ type watcher struct {
 // by namespace and name, with its stored revision), then live events, with no
 // gap and no duplicate between the two. With from > 0 it first replays the
 // retained events after from, or returns ErrGone if some of them were
-// compacted away; a from beyond the current revision waits for later events.
-// initial only applies to from == 0.
+// compacted away or, for events of this resource and namespace, lost their
+// values (see Options.EventLogBytes); a from beyond the current revision
+// waits for later events. initial only applies to from == 0.
+//
+// Replayed Modified and Deleted events carry their previous value when the
+// log still has it, and PrevCompacted otherwise.
 //
 // The channel is closed when ctx is done, when the receiver falls more than
-// WatchBuffer events behind, or on Close; the caller re-watches from the last
-// revision it saw.
+// WatchBuffer events or WatchBufferBytes behind, or on Close; the caller
+// re-watches from the last revision it saw.
 func (s *Store) Watch(ctx context.Context, resource, namespace string, from int64, initial bool) (<-chan Event, error) {
 	if from < 0 {
 		return nil, fmt.Errorf("watch %s from %d: negative revision", resource, from)
 	}
 	f := filter{resource: resource, namespace: namespace}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed.Load() {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("watch %s: %w", resource, ErrClosed)
 	}
 	cur := s.rev.Load()
@@ -46,33 +59,38 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 	} else {
 		initial = false
 		if from < s.compacted {
+			s.mu.Unlock()
 			return nil, fmt.Errorf("watch %s from %d, oldest retained is %d: %w", resource, from, s.compacted+1, ErrGone)
 		}
 	}
 
-	// Events up to cur come from a snapshot or from the log; later ones from
-	// dispatch. A read transaction begun here, while no write is in flight,
-	// sees exactly revision cur; the goroutine reads it without holding mu.
+	// Events up to cur come from a snapshot, the log or the ring; later
+	// ones from dispatch. A read transaction begun here, while no write is
+	// in flight, sees exactly revision cur; the goroutine reads it without
+	// holding mu.
 	var (
 		tx      *bolt.Tx
 		backlog []Event
 		// Catch-up events older than the ring are read from the log in
 		// bbolt: those in (from, dbUntil].
-		dbUntil int64
+		dbUntil  int64
+		stripped = s.stripped
+		ringFrom = s.ring.first()
 	)
-	if !initial && from < cur && from+1 < s.ring.first() {
-		dbUntil = s.ring.first() - 1
-	}
-	if initial || dbUntil > 0 {
-		var err error
-		if tx, err = s.db.Begin(false); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", resource, err)
-		}
+	if !initial && from < cur && from+1 < ringFrom {
+		dbUntil = ringFrom - 1
 	}
 	if !initial && from < cur {
 		backlog = s.ring.since(nil, from, f)
 	}
-
+	needTx := initial || dbUntil > 0 || slices.ContainsFunc(backlog, func(ev Event) bool { return ev.prevRev > 0 && ev.Prev == nil })
+	if needTx {
+		var err error
+		if tx, err = s.db.Begin(false); err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("watch %s: %w", resource, err)
+		}
+	}
 	w := &watcher{
 		f:    f,
 		from: from,
@@ -85,6 +103,20 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		s.watchers[resource] = set
 	}
 	set[w] = struct{}{}
+	s.mu.Unlock()
+
+	// Outside mu, on the snapshot: events of this resource that lost their
+	// values cannot be replayed.
+	if until := min(stripped, dbUntil); !initial && from < until {
+		if rev, err := strippedMatch(tx, f, from, until); err != nil || rev > 0 {
+			_ = tx.Rollback()
+			s.unregister(w)
+			if err == nil {
+				err = fmt.Errorf("watch %s from %d: the log no longer keeps the value of event %d: %w", resource, from, rev, ErrGone)
+			}
+			return nil, err
+		}
+	}
 	s.wg.Add(1)
 	go s.run(ctx, w, tx, initial, dbUntil, backlog)
 	return w.out, nil
@@ -96,25 +128,6 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 	defer close(w.out)
 	defer s.unregister(w)
 
-	if tx != nil {
-		var (
-			head []Event
-			err  error
-		)
-		if initial {
-			head, err = snapshot(tx, w.f)
-		} else {
-			head, err = logRange(tx, w.f, w.from, dbUntil)
-		}
-		_ = tx.Rollback()
-		if err != nil {
-			// The file is unreadable; nothing better to do than to end the
-			// watch. A re-watch or the next read will surface the error.
-			return
-		}
-		backlog = append(head, backlog...)
-	}
-
 	send := func(ev Event) bool {
 		select {
 		case w.out <- ev:
@@ -124,6 +137,12 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 		}
 		return false
 	}
+	if tx != nil {
+		ok := s.sendHead(w, tx, initial, dbUntil, backlog, send)
+		if !ok {
+			return
+		}
+	}
 	for _, ev := range backlog {
 		if !send(ev) {
 			return
@@ -132,7 +151,11 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 	for {
 		select {
 		case ev, ok := <-w.in:
-			if !ok || !send(ev) {
+			if !ok {
+				return
+			}
+			w.pending.Add(-eventBytes(ev))
+			if !send(ev) {
 				return
 			}
 		case <-ctx.Done():
@@ -141,6 +164,94 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 			return
 		}
 	}
+}
+
+// sendHead sends what comes before the ring's backlog (the snapshot, or the
+// logged events in (w.from, dbUntil], in chunks of logChunkBytes), and
+// resolves the previous values of the backlog from the log. It ends tx. It
+// reports false when the watch must end: sending failed, or the file could
+// not be read (the caller re-watches, and a re-watch or the next read
+// surfaces the error).
+func (s *Store) sendHead(w *watcher, tx *bolt.Tx, initial bool, dbUntil int64, backlog []Event, send func(Event) bool) bool {
+	for i := range backlog {
+		if backlog[i].prevRev > 0 && backlog[i].Prev == nil {
+			prevFromLog(tx, &backlog[i])
+		}
+	}
+	if initial {
+		head, err := snapshot(tx, w.f)
+		_ = tx.Rollback()
+		if err != nil {
+			return false
+		}
+		for _, ev := range head {
+			if !send(ev) {
+				return false
+			}
+		}
+		return true
+	}
+	from := w.from
+	for from < dbUntil {
+		if tx == nil {
+			// A later chunk: the log may have moved on meanwhile.
+			var err error
+			if tx, err = s.db.Begin(false); err != nil {
+				return false
+			}
+		}
+		chunk, last, err := logChunk(tx, w.f, from, dbUntil, logChunkBytes)
+		_ = tx.Rollback()
+		tx = nil
+		if err != nil {
+			return false
+		}
+		for _, ev := range chunk {
+			if !send(ev) {
+				return false
+			}
+		}
+		from = last
+	}
+	if tx != nil {
+		_ = tx.Rollback()
+	}
+	return true
+}
+
+// prevFromLog sets ev's previous value from the log in tx, or PrevCompacted
+// when the log no longer has it.
+func prevFromLog(tx *bolt.Tx, ev *Event) {
+	k := encodeRevision(ev.prevRev)
+	if v := tx.Bucket(bucketEvents).Get(k); v != nil {
+		if r, err := decodeRecord(k, v, true); err == nil && !r.stripped && r.key == ev.Entry.Key {
+			ev.Prev = r.value
+			if ev.Prev == nil {
+				ev.Prev = []byte{}
+			}
+			return
+		}
+	}
+	ev.PrevCompacted = true
+}
+
+// strippedMatch returns the revision of the first event in (from, until]
+// that matches f and lost its value, or 0.
+func strippedMatch(tx *bolt.Tx, f filter, from, until int64) (int64, error) {
+	c := tx.Bucket(bucketEvents).Cursor()
+	for k, v := c.Seek(encodeRevision(from + 1)); k != nil; k, v = c.Next() {
+		r, err := decodeRecord(k, v, false)
+		if err != nil {
+			return 0, err
+		}
+		if r.rev > until {
+			break
+		}
+		if r.stripped && f.match(r.key) {
+			return r.rev, nil
+		}
+	}
+	return 0, nil
 }
 
 func (s *Store) unregister(w *watcher) {
@@ -152,27 +263,44 @@ func (s *Store) unregister(w *watcher) {
 // forget removes w from the watchers; mu must be held.
 func (s *Store) forget(w *watcher) {
 	set := s.watchers[w.f.resource]
+	if _, ok := set[w]; !ok {
+		return
+	}
 	delete(set, w)
 	if len(set) == 0 {
 		delete(s.watchers, w.f.resource)
 	}
 }
 
+// eventBytes is what an event's values weigh in a watcher's backlog.
+func eventBytes(ev Event) int64 { return int64(len(ev.Entry.Value) + len(ev.Prev)) }
+
 // dispatch hands ev to the watchers of its resource. It is called with mu
-// held, in revision order. A watcher whose buffer is full is dropped: its
-// goroutine sends what is buffered and closes its channel.
+// held, in revision order. A watcher whose buffer is full, by count or by
+// bytes, is dropped: its goroutine sends what is buffered and closes its
+// channel.
 func (s *Store) dispatch(ev Event) {
+	size := eventBytes(ev)
 	for w := range s.watchers[ev.Entry.Key.Resource] {
 		if ev.Entry.Revision <= w.from || !w.f.match(ev.Entry.Key) {
 			continue
 		}
+		if w.pending.Load()+size > s.opts.WatchBufferBytes && w.pending.Load() > 0 {
+			s.drop(w)
+			continue
+		}
 		select {
 		case w.in <- ev:
+			w.pending.Add(size)
 		default:
-			s.forget(w)
-			close(w.in)
+			s.drop(w)
 		}
 	}
+}
+
+func (s *Store) drop(w *watcher) {
+	s.forget(w)
+	close(w.in)
 }
 
 // snapshot lists the objects matching f as synthetic Added events.
@@ -188,25 +316,54 @@ func snapshot(tx *bolt.Tx, f filter) ([]Event, error) {
 	return evs, nil
 }
 
-// logRange reads the logged events matching f with a revision in (from, until].
+// logRange reads the logged events matching f with a revision in (from,
+// until], with their previous values where the log has them (PrevCompacted
+// where not). It returns ErrGone when one of them lost its value, or when
+// the log no longer reaches from.
 func logRange(tx *bolt.Tx, f filter, from, until int64) ([]Event, error) {
-	var evs []Event
+	evs, _, err := logChunk(tx, f, from, until, math.MaxInt64)
+	return evs, err
+}
+
+// logChunk is logRange stopping after maxBytes of values; it also returns
+// the revision it read up to.
+func logChunk(tx *bolt.Tx, f filter, from, until, maxBytes int64) ([]Event, int64, error) {
+	var (
+		evs  []Event
+		size int64
+		last = from
+	)
 	c := tx.Bucket(bucketEvents).Cursor()
-	for k, v := c.Seek(encodeRevision(from + 1)); k != nil; k, v = c.Next() {
-		rev, err := decodeRevision(k)
+	for k, v := c.Seek(encodeRevision(from + 1)); k != nil && size < maxBytes; k, v = c.Next() {
+		r, err := decodeRecord(k, v, false)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if rev > until {
+		if r.rev > until {
 			break
 		}
-		ev, err := decodeEvent(k, v)
-		if err != nil {
-			return nil, err
+		if r.rev != last+1 {
+			return nil, 0, fmt.Errorf("watch from %d: event %d was compacted: %w", from, last+1, ErrGone)
 		}
-		if f.match(ev.Entry.Key) {
-			evs = append(evs, ev)
+		last = r.rev
+		if !f.match(r.key) {
+			continue
 		}
+		if r.stripped {
+			return nil, 0, fmt.Errorf("watch from %d: event %d lost its value: %w", from, r.rev, ErrGone)
+		}
+		if r, err = decodeRecord(k, v, true); err != nil {
+			return nil, 0, err
+		}
+		ev := r.event()
+		if ev.prevRev > 0 {
+			prevFromLog(tx, &ev)
+		}
+		size += eventBytes(ev)
+		evs = append(evs, ev)
 	}
-	return evs, nil
+	if last < until && size < maxBytes {
+		return nil, 0, fmt.Errorf("watch from %d: events after %d were compacted: %w", from, last, ErrGone)
+	}
+	return evs, last, nil
 }

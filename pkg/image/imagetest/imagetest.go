@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -61,6 +62,12 @@ type File struct {
 	Body     []byte
 	Link     string // target of a symlink or hard link
 	UID, GID int
+	// SparseSize, on a regular file, writes it as a PAX 1.0 sparse file
+	// (as GNU tar does) of that length, all of it a hole but Body at its
+	// end: a few hundred bytes of layer that unpack to SparseSize bytes.
+	SparseSize int64
+	// Dev is the major and minor number of a character or block device.
+	DevMajor, DevMinor int64
 }
 
 // Require skips the test with reason, or fails it when the CI environment
@@ -95,6 +102,88 @@ func StartRegistryWith(t testing.TB, wrap func(http.Handler) http.Handler) strin
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// BlobOverrides makes a registry serve other bytes for some blobs (a bad
+// digest, a wrong size), with or without a Content-Length, and counts the
+// GETs of every blob. Use its Wrap with StartRegistryWith.
+type BlobOverrides struct {
+	mu      sync.Mutex
+	bodies  map[string][]byte // by digest
+	chunked map[string]bool
+	gets    map[string]int
+}
+
+// Serve makes the registry answer GETs of the blob digest with body,
+// without a Content-Length if chunked.
+func (o *BlobOverrides) Serve(digest string, body []byte, chunked bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bodies == nil {
+		o.bodies, o.chunked = map[string][]byte{}, map[string]bool{}
+	}
+	o.bodies[digest], o.chunked[digest] = body, chunked
+}
+
+// Gets is how many times the blob digest was fetched.
+func (o *BlobOverrides) Gets(digest string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.gets[digest]
+}
+
+// Wrap is the registry handler wrapper.
+func (o *BlobOverrides) Wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := strings.LastIndex(r.URL.Path, "/blobs/")
+		if r.Method != http.MethodGet || i < 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		d := r.URL.Path[i+len("/blobs/"):]
+		o.mu.Lock()
+		if o.gets == nil {
+			o.gets = map[string]int{}
+		}
+		o.gets[d]++
+		body, ok := o.bodies[d]
+		chunked := o.chunked[d]
+		o.mu.Unlock()
+		if !ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if !chunked {
+			w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		}
+		w.WriteHeader(http.StatusOK)
+		if f, ok := w.(http.Flusher); ok && chunked {
+			f.Flush()
+		}
+		_, _ = w.Write(body)
+	})
+}
+
+// FirstLayer is the descriptor of the first layer of the image that the
+// digest reference ref names, in a registry on loopback.
+func FirstLayer(t testing.TB, ref string) v1.Descriptor {
+	t.Helper()
+	d, err := name.NewDigest(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Layers) == 0 {
+		t.Fatalf("%s has no layer", ref)
+	}
+	return m.Layers[0]
+}
+
 // Layer returns an uncompressed layer tar of files, in order. Parent
 // directories are not added implicitly.
 func Layer(t testing.TB, files ...File) []byte {
@@ -102,6 +191,10 @@ func Layer(t testing.TB, files ...File) []byte {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
+		if f.SparseSize > 0 {
+			writeSparse(t, tw, &buf, f)
+			continue
+		}
 		hdr := &tar.Header{
 			Name:     f.Path,
 			Typeflag: f.Type,
@@ -109,6 +202,8 @@ func Layer(t testing.TB, files ...File) []byte {
 			Linkname: f.Link,
 			Uid:      f.UID,
 			Gid:      f.GID,
+			Devmajor: f.DevMajor,
+			Devminor: f.DevMinor,
 			ModTime:  modTime,
 			Format:   tar.FormatPAX,
 		}
@@ -146,6 +241,69 @@ func Layer(t testing.TB, files ...File) []byte {
 	return buf.Bytes()
 }
 
+// writeSparse writes f as a PAX 1.0 sparse file: a PAX header with the
+// GNU.sparse records (which tar.Writer will not write itself), then an
+// entry whose data is the sparse map and the data of its one region, Body,
+// at the end of the file.
+func writeSparse(t testing.TB, tw *tar.Writer, buf *bytes.Buffer, f File) {
+	t.Helper()
+	if err := tw.Flush(); err != nil {
+		t.Fatalf("layer: %s: %v", f.Path, err)
+	}
+	if int64(len(f.Body)) > f.SparseSize {
+		t.Fatalf("layer: %s: body longer than SparseSize", f.Path)
+	}
+	record := func(k, v string) string {
+		line := " " + k + "=" + v + "\n"
+		n := len(line)
+		for len(fmt.Sprint(n))+len(line) != n {
+			n = len(fmt.Sprint(n)) + len(line)
+		}
+		return fmt.Sprint(n) + line
+	}
+	pax := record("GNU.sparse.major", "1") + record("GNU.sparse.minor", "0") +
+		record("GNU.sparse.name", f.Path) + record("GNU.sparse.realsize", fmt.Sprint(f.SparseSize))
+	buf.Write(rawHeader(t, "PaxHeaders/"+path.Base(f.Path), 'x', int64(len(pax))))
+	buf.WriteString(pax)
+	buf.Write(make([]byte, (512-len(pax)%512)%512))
+	// The map: one region, at the end, then the region's data.
+	sparseMap := fmt.Sprintf("1\n%d\n%d\n", f.SparseSize-int64(len(f.Body)), len(f.Body))
+	sparseMap += strings.Repeat("\x00", (512-len(sparseMap)%512)%512)
+	data := append([]byte(sparseMap), f.Body...)
+	mode := f.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	hdr := &tar.Header{Name: "GNUSparseFile.0/" + path.Base(f.Path), Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(data)), ModTime: modTime, Format: tar.FormatUSTAR}
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatalf("layer: %s: %v", f.Path, err)
+	}
+	if _, err := tw.Write(data); err != nil {
+		t.Fatalf("layer: %s: %v", f.Path, err)
+	}
+}
+
+// rawHeader is a ustar header block of the given name, type and size.
+func rawHeader(t testing.TB, name string, typ byte, size int64) []byte {
+	t.Helper()
+	var b [512]byte
+	copy(b[0:100], name)
+	copy(b[100:108], "0000644\x00")
+	copy(b[108:116], "0000000\x00")
+	copy(b[116:124], "0000000\x00")
+	copy(b[124:136], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:148], fmt.Sprintf("%011o\x00", modTime.Unix()))
+	b[156] = typ
+	copy(b[257:265], "ustar\x0000")
+	copy(b[148:156], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b[:]
+}
+
 // BaseFiles are the files every image built by PushGoImage and
 // PushBusyboxImage has: /etc/passwd and /etc/group with root and nobody
 // (uid and gid 65532), and a world-writable sticky /tmp.
@@ -164,7 +322,32 @@ func BaseFiles() []File {
 // host/repo@sha256:....
 func PushImage(t testing.TB, host, repoTag string, cfg image.Config, layers ...[]File) string {
 	t.Helper()
-	img := Build(t, cfg, layers...)
+	return Push(t, host, repoTag, Build(t, cfg, layers...))
+}
+
+// Build returns an image of the given layers with cfg as its config, for
+// tests that write it somewhere themselves. Its platform is this machine's.
+func Build(t testing.TB, cfg image.Config, layers ...[]File) v1.Image {
+	t.Helper()
+	raw := make([][]byte, len(layers))
+	for i, files := range layers {
+		raw[i] = Layer(t, files...)
+	}
+	return BuildRaw(t, cfg, raw...)
+}
+
+// PushRaw is PushImage of layers given as uncompressed tars (gzipped when
+// pushed), for layers Layer cannot make: anything after the tar's end,
+// broken tars.
+func PushRaw(t testing.TB, host, repoTag string, cfg image.Config, layers ...[]byte) string {
+	t.Helper()
+	return Push(t, host, repoTag, BuildRaw(t, cfg, layers...))
+}
+
+// Push pushes img to the registry at host as repoTag and returns its
+// digest reference.
+func Push(t testing.TB, host, repoTag string, img v1.Image) string {
+	t.Helper()
 	tag, err := name.NewTag(host+"/"+repoTag, name.Insecure)
 	if err != nil {
 		t.Fatalf("push %s: %v", repoTag, err)
@@ -179,14 +362,12 @@ func PushImage(t testing.TB, host, repoTag string, cfg image.Config, layers ...[
 	return tag.Context().Name() + "@" + d.String()
 }
 
-// Build returns an image of the given layers with cfg as its config, for
-// tests that write it somewhere themselves. Its platform is this machine's.
-func Build(t testing.TB, cfg image.Config, layers ...[]File) v1.Image {
+// BuildRaw is Build of layers given as uncompressed tars.
+func BuildRaw(t testing.TB, cfg image.Config, layers ...[]byte) v1.Image {
 	t.Helper()
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for _, files := range layers {
-		data := Layer(t, files...)
+	for _, data := range layers {
 		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(data)), nil
 		}, tarball.WithMediaType(types.OCILayer))

@@ -57,28 +57,31 @@ func RequireCNI(t testing.TB) {
 	t.Skipf("%s missing (apt-get install containernetworking-plugins iptables)", missing)
 }
 
-// Net is a test's own egress network: a bridge name and a subnet.
+// Net is a test's own egress network: a bridge name, a subnet, and the
+// state directory of its Egresses (one knbox's data dir/cni).
 type Net struct {
-	Bridge string
-	Subnet netip.Prefix
+	Bridge   string
+	Subnet   netip.Prefix
+	StateDir string
 }
 
 // NewNet picks a random bridge name (prefix and six hex digits; prefix at
-// most 9 characters) and a random /24 of 198.18.0.0/16.
+// most 9 characters), a random /24 of 198.18.0.0/16 and a state directory.
 func NewNet(t testing.TB, prefix string) Net {
 	t.Helper()
 	rnd := random(t, 4)
 	return Net{
-		Bridge: prefix + hex.EncodeToString(rnd[1:]),
-		Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, rnd[0], 0}), 24),
+		Bridge:   prefix + hex.EncodeToString(rnd[1:]),
+		Subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, rnd[0], 0}), 24),
+		StateDir: filepath.Join(t.TempDir(), "cni"),
 	}
 }
 
-// Egress makes an Egress on n with state in a temporary directory, and
-// removes its bridge when the test ends.
+// Egress makes an Egress on n (all of n's share its state, as the Egresses
+// of one knbox across restarts), and removes its bridge when the test ends.
 func (n Net) Egress(t testing.TB) *network.Egress {
 	t.Helper()
-	eg, err := network.NewEgress(network.EgressConfig{Bridge: n.Bridge, Subnet: n.Subnet, StateDir: filepath.Join(t.TempDir(), "cni")})
+	eg, err := network.NewEgress(network.EgressConfig{Bridge: n.Bridge, Subnet: n.Subnet, StateDir: n.StateDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +168,26 @@ func NewPeer(t testing.TB) *Peer {
 	t.Cleanup(func() { l.Close() })
 	go ServeRemoteAddr(l)
 	return p
+}
+
+// RouteTo adds a route in the peer's namespace to prefix through the host,
+// as a machine on the host's network with a route to the subnet would have.
+func (p *Peer) RouteTo(t testing.TB, prefix netip.Prefix) {
+	t.Helper()
+	h, err := netns.GetFromPath(p.NS.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	dst := &net.IPNet{IP: prefix.Addr().AsSlice(), Mask: net.CIDRMask(prefix.Bits(), 32)}
+	if err := nl.RouteAdd(&netlink.Route{Dst: dst, Gw: p.HostAddr.AsSlice()}); err != nil {
+		t.Fatalf("route to %s in the peer: %v", prefix, err)
+	}
 }
 
 // ServeRemoteAddr answers each connection on l with the caller's IP and a

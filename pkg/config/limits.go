@@ -1,0 +1,321 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Limits bound what clients, tenants and images may cost the host. Every
+// bound has a default (the Default* constants; zero in the file means the
+// default) chosen for an operator who runs strangers' code on one machine;
+// docs/knbox.example.yaml lists them.
+type Limits struct {
+	API    APILimits    `json:"api,omitempty"`
+	Router ServerLimits `json:"router,omitempty"`
+	Store  StoreLimits  `json:"store,omitempty"`
+	Disk   DiskLimits   `json:"disk,omitempty"`
+	Images ImageLimits  `json:"images,omitempty"`
+}
+
+// ServerLimits bound an HTTP listener's connections.
+type ServerLimits struct {
+	// MaxConnections held at once; more are closed as they come.
+	MaxConnections int `json:"maxConnections,omitempty"`
+	// ReadHeaderTimeout disconnects a client that has not sent a request's
+	// headers in time (slowloris).
+	ReadHeaderTimeout Duration `json:"readHeaderTimeout,omitempty"`
+	// ReadTimeout bounds the reading of a whole request, body included
+	// (the router's default 0 means none: a Revision's timeoutSeconds
+	// bounds its requests).
+	ReadTimeout Duration `json:"readTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection without a request.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+}
+
+// APILimits bound the API server.
+type APILimits struct {
+	// MaxConnections held at once; more are closed as they come.
+	MaxConnections int `json:"maxConnections,omitempty"`
+	// ReadHeaderTimeout disconnects a client that has not sent a request's
+	// headers in time (slowloris).
+	ReadHeaderTimeout Duration `json:"readHeaderTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection without a request.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+	// MaxRequestsInFlight reads and MaxMutatingRequestsInFlight writes
+	// are served at once; more get 429 with Retry-After (kube-apiserver's
+	// defaults). Watches and followed logs count against
+	// MaxLongRunningRequests instead. Members of system:masters are not
+	// limited.
+	MaxRequestsInFlight         int `json:"maxRequestsInFlight,omitempty"`
+	MaxMutatingRequestsInFlight int `json:"maxMutatingRequestsInFlight,omitempty"`
+	MaxLongRunningRequests      int `json:"maxLongRunningRequests,omitempty"`
+	// RequestTimeout bounds the reading of a request that is not
+	// long-running.
+	RequestTimeout Duration `json:"requestTimeout,omitempty"`
+	// MaxObjectBytes bounds a stored object, any kind (etcd's request
+	// limit, which bounds a Kubernetes object: 1.5 MiB).
+	MaxObjectBytes ByteSize `json:"maxObjectBytes,omitempty"`
+	// MaxObjectBytesByResource sets the bound of some kinds, by resource
+	// ("configmaps", "services.serving.knative.dev").
+	MaxObjectBytesByResource map[string]ByteSize `json:"maxObjectBytesByResource,omitempty"`
+}
+
+// StoreLimits bound the store's history and watches.
+type StoreLimits struct {
+	// EventLogSize events are kept for watches resuming from a
+	// resourceVersion (their kind, name and revision)...
+	EventLogSize int `json:"eventLogSize,omitempty"`
+	// ...and the objects of the newest of them up to EventLogBytes; a
+	// watch resuming from before them gets 410 Gone and relists.
+	EventLogBytes ByteSize `json:"eventLogBytes,omitempty"`
+	// CacheBytes of the newest events are also held in memory.
+	CacheBytes ByteSize `json:"cacheBytes,omitempty"`
+	// WatchBufferBytes: a watch whose client lags further behind is
+	// closed (the client re-watches).
+	WatchBufferBytes ByteSize `json:"watchBufferBytes,omitempty"`
+}
+
+// DiskLimits keep the data dir's disk from filling up.
+type DiskLimits struct {
+	// MinFreeBytes: with less free, API writes other than deletions get
+	// 507, image pulls fail, and /readyz fails.
+	MinFreeBytes ByteSize `json:"minFreeBytes,omitempty"`
+	// ReserveBytes are held in a file beside the store and given up when
+	// a deletion finds the disk full, so deleting always works.
+	ReserveBytes ByteSize `json:"reserveBytes,omitempty"`
+}
+
+// ImageLimits bound what a pulled or loaded image may take.
+type ImageLimits struct {
+	// MaxLayerBytes and MaxImageBytes bound the unpacked size (files'
+	// lengths, holes of sparse files included) of a layer and of an
+	// image; a layer's compressed size too.
+	MaxLayerBytes ByteSize `json:"maxLayerBytes,omitempty"`
+	MaxImageBytes ByteSize `json:"maxImageBytes,omitempty"`
+	// MaxLayerFiles and MaxImageFiles bound the entries of a layer and of
+	// an image.
+	MaxLayerFiles int `json:"maxLayerFiles,omitempty"`
+	MaxImageFiles int `json:"maxImageFiles,omitempty"`
+	// MaxLayers bounds the layers of an image.
+	MaxLayers int `json:"maxLayers,omitempty"`
+	// MaxConfigBytes and MaxManifestBytes bound an image's config and
+	// manifest (or index).
+	MaxConfigBytes   ByteSize `json:"maxConfigBytes,omitempty"`
+	MaxManifestBytes ByteSize `json:"maxManifestBytes,omitempty"`
+	// PullBackoff is the first wait before a layer that failed
+	// verification or a limit is fetched again; it doubles up to
+	// MaxPullBackoff (the kubelet's 10 s and 5 min).
+	PullBackoff    Duration `json:"pullBackoff,omitempty"`
+	MaxPullBackoff Duration `json:"maxPullBackoff,omitempty"`
+}
+
+// Defaults of Limits.
+const (
+	DefaultAPIMaxConnections           = 1000
+	DefaultAPIReadHeaderTimeout        = 32 * time.Second // kube-apiserver's
+	DefaultAPIIdleTimeout              = 90 * time.Second // kube-apiserver's
+	DefaultMaxRequestsInFlight         = 400
+	DefaultMaxMutatingRequestsInFlight = 200
+	DefaultMaxLongRunningRequests      = 1000
+	DefaultRequestTimeout              = 60 * time.Second
+	DefaultMaxObjectBytes              = 3 << 19 // 1.5 MiB
+
+	DefaultRouterMaxConnections    = 10000
+	DefaultRouterReadHeaderTimeout = 10 * time.Second
+	DefaultRouterIdleTimeout       = 90 * time.Second
+
+	DefaultEventLogSize     = 10000
+	DefaultEventLogBytes    = 64 << 20
+	DefaultCacheBytes       = 16 << 20
+	DefaultWatchBufferBytes = 16 << 20
+
+	DefaultMinFreeBytes = 256 << 20
+	DefaultReserveBytes = 64 << 20
+
+	DefaultMaxLayerBytes    = 4 << 30
+	DefaultMaxImageBytes    = 8 << 30
+	DefaultMaxLayerFiles    = 250000
+	DefaultMaxImageFiles    = 500000
+	DefaultMaxLayers        = 127 // as Docker's overlay2
+	DefaultMaxConfigBytes   = 8 << 20
+	DefaultMaxManifestBytes = 4 << 20 // as the distribution registry's
+	DefaultPullBackoff      = 10 * time.Second
+	DefaultMaxPullBackoff   = 5 * time.Minute
+)
+
+func (l *Limits) applyDefaults() {
+	a := &l.API
+	defInt(&a.MaxConnections, DefaultAPIMaxConnections)
+	defDuration(&a.ReadHeaderTimeout, DefaultAPIReadHeaderTimeout)
+	defDuration(&a.IdleTimeout, DefaultAPIIdleTimeout)
+	defInt(&a.MaxRequestsInFlight, DefaultMaxRequestsInFlight)
+	defInt(&a.MaxMutatingRequestsInFlight, DefaultMaxMutatingRequestsInFlight)
+	defInt(&a.MaxLongRunningRequests, DefaultMaxLongRunningRequests)
+	defDuration(&a.RequestTimeout, DefaultRequestTimeout)
+	defBytes(&a.MaxObjectBytes, DefaultMaxObjectBytes)
+	r := &l.Router
+	defInt(&r.MaxConnections, DefaultRouterMaxConnections)
+	defDuration(&r.ReadHeaderTimeout, DefaultRouterReadHeaderTimeout)
+	defDuration(&r.IdleTimeout, DefaultRouterIdleTimeout)
+	s := &l.Store
+	defInt(&s.EventLogSize, DefaultEventLogSize)
+	defBytes(&s.EventLogBytes, DefaultEventLogBytes)
+	defBytes(&s.CacheBytes, DefaultCacheBytes)
+	defBytes(&s.WatchBufferBytes, DefaultWatchBufferBytes)
+	defBytes(&l.Disk.MinFreeBytes, DefaultMinFreeBytes)
+	defBytes(&l.Disk.ReserveBytes, DefaultReserveBytes)
+	i := &l.Images
+	defBytes(&i.MaxLayerBytes, DefaultMaxLayerBytes)
+	defBytes(&i.MaxImageBytes, DefaultMaxImageBytes)
+	defInt(&i.MaxLayerFiles, DefaultMaxLayerFiles)
+	defInt(&i.MaxImageFiles, DefaultMaxImageFiles)
+	defInt(&i.MaxLayers, DefaultMaxLayers)
+	defBytes(&i.MaxConfigBytes, DefaultMaxConfigBytes)
+	defBytes(&i.MaxManifestBytes, DefaultMaxManifestBytes)
+	defDuration(&i.PullBackoff, DefaultPullBackoff)
+	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
+}
+
+func defInt(v *int, d int) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+func defBytes(v *ByteSize, d int64) {
+	if *v == 0 {
+		*v = ByteSize(d)
+	}
+}
+
+func defDuration(v *Duration, d time.Duration) {
+	if *v == 0 {
+		*v = Duration(d)
+	}
+}
+
+// validate checks the limits after defaults: every count and size is
+// positive, every timeout but the router's read timeout too, and the
+// dependent ones are consistent.
+func (l *Limits) validate() error {
+	var errs []error
+	pos := func(field string, v int64) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("limits.%s: must be positive, was %d", field, v))
+		}
+	}
+	posDur := func(field string, d Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("limits.%s: must be positive, was %s", field, time.Duration(d)))
+		}
+	}
+	a, r, s, d, i := l.API, l.Router, l.Store, l.Disk, l.Images
+	pos("api.maxConnections", int64(a.MaxConnections))
+	posDur("api.readHeaderTimeout", a.ReadHeaderTimeout)
+	posDur("api.idleTimeout", a.IdleTimeout)
+	pos("api.maxRequestsInFlight", int64(a.MaxRequestsInFlight))
+	pos("api.maxMutatingRequestsInFlight", int64(a.MaxMutatingRequestsInFlight))
+	pos("api.maxLongRunningRequests", int64(a.MaxLongRunningRequests))
+	posDur("api.requestTimeout", a.RequestTimeout)
+	pos("api.maxObjectBytes", int64(a.MaxObjectBytes))
+	for _, res := range slices.Sorted(maps.Keys(a.MaxObjectBytesByResource)) {
+		if res == "" || strings.ContainsAny(res, "/ ") {
+			errs = append(errs, fmt.Errorf("limits.api.maxObjectBytesByResource: %q is not a resource such as configmaps or services.serving.knative.dev", res))
+		}
+		pos("api.maxObjectBytesByResource."+res, int64(a.MaxObjectBytesByResource[res]))
+	}
+	pos("router.maxConnections", int64(r.MaxConnections))
+	posDur("router.readHeaderTimeout", r.ReadHeaderTimeout)
+	posDur("router.idleTimeout", r.IdleTimeout)
+	if r.ReadTimeout < 0 {
+		errs = append(errs, fmt.Errorf("limits.router.readTimeout: must not be negative, was %s", time.Duration(r.ReadTimeout)))
+	}
+	pos("store.eventLogSize", int64(s.EventLogSize))
+	pos("store.eventLogBytes", int64(s.EventLogBytes))
+	pos("store.cacheBytes", int64(s.CacheBytes))
+	pos("store.watchBufferBytes", int64(s.WatchBufferBytes))
+	pos("disk.minFreeBytes", int64(d.MinFreeBytes))
+	pos("disk.reserveBytes", int64(d.ReserveBytes))
+	pos("images.maxLayerBytes", int64(i.MaxLayerBytes))
+	pos("images.maxImageBytes", int64(i.MaxImageBytes))
+	pos("images.maxLayerFiles", int64(i.MaxLayerFiles))
+	pos("images.maxImageFiles", int64(i.MaxImageFiles))
+	pos("images.maxLayers", int64(i.MaxLayers))
+	pos("images.maxConfigBytes", int64(i.MaxConfigBytes))
+	pos("images.maxManifestBytes", int64(i.MaxManifestBytes))
+	posDur("images.pullBackoff", i.PullBackoff)
+	posDur("images.maxPullBackoff", i.MaxPullBackoff)
+	if i.MaxPullBackoff < i.PullBackoff {
+		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
+	}
+	if i.MaxImageBytes < i.MaxLayerBytes || i.MaxImageFiles < i.MaxLayerFiles {
+		errs = append(errs, errors.New("limits.images: an image's limits (maxImageBytes, maxImageFiles) must not be below a layer's"))
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// ByteSize is a number of bytes, written in the file as a number (1048576)
+// or as a Kubernetes quantity ("1Mi", "1.5Gi", "64M").
+type ByteSize int64
+
+// UnmarshalJSON reads a number or a quantity string.
+func (b *ByteSize) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a size such as 1048576, 512Mi or 2Gi", s)
+		}
+		n := q.Value()
+		if q.Cmp(*resource.NewQuantity(n, resource.BinarySI)) != 0 {
+			return fmt.Errorf("%q is not a whole number of bytes", s)
+		}
+		*b = ByteSize(n)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(data, &n); err != nil {
+		return fmt.Errorf("%s is not a size such as 1048576, 512Mi or 2Gi", data)
+	}
+	*b = ByteSize(n)
+	return nil
+}
+
+// Duration is a time.Duration written as a string ("90s", "5m").
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string; a bare number is refused, since
+// its unit would be a guess.
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("%s is not a duration such as 90s or 5m", data)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as 90s or 5m", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// D is d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
