@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -194,6 +195,7 @@ func TestUser(t *testing.T) {
 		sc         *corev1.SecurityContext
 		pod        *corev1.PodSecurityContext
 		refuseRoot bool
+		refusedBy  string
 		want       specs.User
 		wantHome   string
 		errField   string
@@ -242,6 +244,7 @@ func TestUser(t *testing.T) {
 		{name: "policy refuses a root USER", imageUser: "root", refuseRoot: true, errField: "image.user", errMsg: `the image's USER "root" is root (uid 0): root is refused`},
 		{name: "policy refuses runAsUser 0", imageUser: "app", sc: &corev1.SecurityContext{RunAsUser: ptr(int64(0))}, refuseRoot: true, errField: "securityContext.runAsUser", errMsg: "root is refused by the operator's policy"},
 		{name: "policy refuses pod runAsUser 0", pod: &corev1.PodSecurityContext{RunAsUser: ptr(int64(0))}, refuseRoot: true, errField: "spec.securityContext.runAsUser", errMsg: "root is refused"},
+		{name: "a runtime refuses root", imageUser: "root", refuseRoot: true, refusedBy: "the process runtime", errField: "image.user", errMsg: "root is refused by the process runtime; set securityContext.runAsUser"},
 		{name: "policy lets non-root run", imageUser: "app", refuseRoot: true, want: specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000}}, wantHome: "/home/app"},
 		{name: "runAsNonRoot with the image's root", sc: &corev1.SecurityContext{RunAsNonRoot: ptr(true)}, errField: "securityContext.runAsNonRoot", errMsg: "runAsNonRoot is true"},
 		{name: "pod runAsNonRoot with runAsUser 0", sc: &corev1.SecurityContext{RunAsUser: ptr(int64(0))}, pod: &corev1.PodSecurityContext{RunAsNonRoot: ptr(true)}, errField: "securityContext.runAsUser", errMsg: "runAsNonRoot is true"},
@@ -257,7 +260,7 @@ func TestUser(t *testing.T) {
 			in.Image.User = tt.imageUser
 			in.Container.SecurityContext = tt.sc
 			in.PodSecurity = tt.pod
-			in.Policy.RefuseRoot = tt.refuseRoot
+			in.Policy.RefuseRoot, in.Policy.RootRefusedBy = tt.refuseRoot, tt.refusedBy
 			if tt.errField != "" {
 				buildErr(t, in, tt.errField, tt.errMsg)
 				return
@@ -371,47 +374,84 @@ func TestCapabilities(t *testing.T) {
 		}
 		return out
 	}
+	docker := caps("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
+	uid := int64(1000)
 	tests := []struct {
 		name     string
 		add      []corev1.Capability
 		drop     []corev1.Capability
-		addable  []string
+		policy   Policy
+		nonRoot  bool
 		want     []string
 		errField string
 		errMsg   string
 	}{
-		{name: "default", want: DefaultCapabilities},
+		{name: "default: restricted's NET_BIND_SERVICE alone", want: caps("NET_BIND_SERVICE")},
 		{name: "drop ALL", drop: []corev1.Capability{"ALL"}, want: []string{}},
 		{name: "Knative's secure default", drop: []corev1.Capability{"ALL"}, add: []corev1.Capability{"NET_BIND_SERVICE"}, want: caps("NET_BIND_SERVICE")},
-		{name: "drop some", drop: []corev1.Capability{"NET_RAW", "cap_mknod"}, want: caps("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "SETGID", "SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")},
+		{name: "drop the default", drop: []corev1.Capability{"cap_net_bind_service"}, want: []string{}},
+		{name: "add what baseline allows", add: []corev1.Capability{"CHOWN", "cap_setuid"}, want: caps("NET_BIND_SERVICE", "CHOWN", "SETUID")},
 		{name: "drop wins over add", drop: []corev1.Capability{"ALL", "NET_BIND_SERVICE"}, add: []corev1.Capability{"NET_BIND_SERVICE"}, want: []string{}},
 		{name: "re-add after drop ALL", drop: []corev1.Capability{"all"}, add: []corev1.Capability{"CAP_KILL", "CHOWN"}, want: caps("KILL", "CHOWN")},
-		{name: "add beyond the default", add: []corev1.Capability{"SYS_ADMIN"}, errField: "securityContext.capabilities.add[0]", errMsg: "adding SYS_ADMIN is not allowed"},
+		{name: "NET_RAW is not addable by default", add: []corev1.Capability{"NET_RAW"}, errField: "securityContext.capabilities.add[0]", errMsg: "adding NET_RAW is not allowed by the operator's policy"},
+		{name: "add beyond the addable", add: []corev1.Capability{"SYS_ADMIN"}, errField: "securityContext.capabilities.add[0]", errMsg: "adding SYS_ADMIN is not allowed"},
 		{name: "add ALL", add: []corev1.Capability{"ALL"}, errField: "securityContext.capabilities.add[0]", errMsg: "ALL"},
 		{name: "add unknown", add: []corev1.Capability{"NET_BIND_SERVICE", "FLY"}, errField: "securityContext.capabilities.add[1]", errMsg: `unknown capability "FLY"`},
 		{name: "drop unknown", drop: []corev1.Capability{"FLY"}, errField: "securityContext.capabilities.drop[0]", errMsg: "unknown capability"},
-		{name: "operator allows more", drop: []corev1.Capability{"ALL"}, add: []corev1.Capability{"SYS_PTRACE"}, addable: []string{"SYS_PTRACE"}, want: caps("SYS_PTRACE")},
+		{name: "operator allows more", drop: []corev1.Capability{"ALL"}, add: []corev1.Capability{"SYS_PTRACE"}, policy: Policy{AddableCapabilities: []string{"SYS_PTRACE"}}, want: caps("SYS_PTRACE")},
+		{name: "operator's list replaces baseline's", add: []corev1.Capability{"CHOWN"}, policy: Policy{AddableCapabilities: []string{"SYS_PTRACE"}}, errField: "securityContext.capabilities.add[0]", errMsg: "allowed: NET_BIND_SERVICE, SYS_PTRACE"},
+		{name: "operator allows no add", add: []corev1.Capability{"KILL"}, policy: Policy{AddableCapabilities: []string{}}, errField: "securityContext.capabilities.add[0]", errMsg: "not allowed"},
+		{name: "operator's default set", policy: Policy{DefaultCapabilities: []string{"CHOWN", "NET_RAW"}}, want: caps("CHOWN", "NET_RAW")},
+		{name: "operator's Docker default set, NET_RAW dropped", policy: Policy{DefaultCapabilities: docker}, drop: []corev1.Capability{"NET_RAW"},
+			want: caps("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "SETGID", "SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")},
+		{name: "operator's empty default set", policy: Policy{DefaultCapabilities: []string{}}, want: []string{}},
+		{name: "non-root: bounding only", nonRoot: true, add: []corev1.Capability{"KILL"}, want: caps("NET_BIND_SERVICE", "KILL")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			in := baseInput(t)
 			in.Container.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: tt.add, Drop: tt.drop}}
-			in.Policy.AddableCapabilities = tt.addable
+			if tt.nonRoot {
+				in.Container.SecurityContext.RunAsUser = &uid
+			}
+			in.Policy = tt.policy
 			if tt.errField != "" {
 				buildErr(t, in, tt.errField, tt.errMsg)
 				return
 			}
 			c := mustBuild(t, in).Process.Capabilities
-			for set, got := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
-				if !slices.Equal(got, tt.want) && (len(got) > 0 || len(tt.want) > 0) {
-					t.Errorf("%s = %v, want %v", set, got, tt.want)
+			if !slices.Equal(c.Bounding, tt.want) {
+				t.Errorf("bounding = %v, want %v", c.Bounding, tt.want)
+			}
+			wantEff := tt.want
+			if tt.nonRoot {
+				// What the kernel leaves a non-root process after exec;
+				// runsc applies the sets as they are.
+				wantEff = []string{}
+			}
+			for set, got := range map[string][]string{"effective": c.Effective, "permitted": c.Permitted} {
+				if !slices.Equal(got, wantEff) {
+					t.Errorf("%s = %v, want %v", set, got, wantEff)
 				}
 			}
 			if len(c.Inheritable) > 0 || len(c.Ambient) > 0 {
 				t.Errorf("inheritable %v, ambient %v: want none", c.Inheritable, c.Ambient)
 			}
 		})
+	}
+}
+
+func TestCheckCapabilities(t *testing.T) {
+	t.Parallel()
+	got, err := CheckCapabilities("policy.addableCapabilities", []string{"net_raw", "CAP_CHOWN", "NET_RAW"})
+	if err != nil || !slices.Equal(got, []string{"CAP_NET_RAW", "CAP_CHOWN"}) {
+		t.Errorf("CheckCapabilities = %v, %v", got, err)
+	}
+	for _, bad := range []string{"ALL", "FLY", ""} {
+		if _, err := CheckCapabilities("policy.addableCapabilities", []string{"KILL", bad}); err == nil || !strings.Contains(err.Error(), "policy.addableCapabilities[1]: unknown capability") {
+			t.Errorf("CheckCapabilities(%q) = %v", bad, err)
+		}
 	}
 }
 
@@ -427,7 +467,7 @@ func TestHardeningTheDeveloperCannotTurnOff(t *testing.T) {
 	if !s.Process.NoNewPrivileges {
 		t.Error("noNewPrivileges is false")
 	}
-	if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActAllow || len(s.Linux.Seccomp.Syscalls) == 0 {
+	if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActErrno || len(s.Linux.Seccomp.Syscalls) == 0 {
 		t.Errorf("seccomp = %+v, want the default profile", s.Linux.Seccomp)
 	}
 	if s.Process.Terminal {
@@ -553,46 +593,121 @@ func TestMaskedAndReadonlyPaths(t *testing.T) {
 
 func TestSeccomp(t *testing.T) {
 	t.Parallel()
-	p := DefaultSeccomp()
-	if p.DefaultAction != specs.ActAllow {
-		t.Errorf("default action %s", p.DefaultAction)
+	// allowed reports whether p lets name through for any arguments, only
+	// for some (the rules' args), or not at all, and the errno it fails with.
+	type verdict struct {
+		allowed bool
+		args    [][]specs.LinuxSeccompArg
+		errno   uint
 	}
-	rule := func(name string) *specs.LinuxSyscall {
-		for i := range p.Syscalls {
-			if slices.Contains(p.Syscalls[i].Names, name) {
-				return &p.Syscalls[i]
+	check := func(p *specs.LinuxSeccomp, name string) verdict {
+		v := verdict{errno: *p.DefaultErrnoRet}
+		for _, r := range p.Syscalls {
+			if !slices.Contains(r.Names, name) {
+				continue
+			}
+			switch {
+			case r.Action == specs.ActAllow && len(r.Args) == 0:
+				v.allowed = true
+			case r.Action == specs.ActAllow:
+				v.args = append(v.args, r.Args)
+			case r.Action == specs.ActErrno:
+				v.errno = *r.ErrnoRet
 			}
 		}
-		return nil
+		return v
 	}
-	for _, name := range []string{"keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "kexec_load", "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "ptrace", "setns", "acct", "settimeofday", "clock_settime", "open_by_handle_at", "userfaultfd"} {
-		r := rule(name)
-		if r == nil || r.Action != specs.ActErrno || *r.ErrnoRet != 1 || len(r.Args) != 0 {
-			t.Errorf("%s: rule %+v, want EPERM always", name, r)
+	p := defaultSeccomp("amd64", DefaultCapabilities)
+	if p.DefaultAction != specs.ActErrno || p.DefaultErrnoRet == nil || *p.DefaultErrnoRet != errnoEPERM {
+		t.Errorf("default action %s (%v), want SCMP_ACT_ERRNO with EPERM: an allow list", p.DefaultAction, p.DefaultErrnoRet)
+	}
+	if !slices.Equal(p.Architectures, []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}) {
+		t.Errorf("architectures %v", p.Architectures)
+	}
+	for _, name := range []string{"read", "write", "execve", "accept4", "epoll_wait", "futex", "mmap", "rt_sigaction", "arch_prctl", "getrandom", "prctl", "setuid", "pidfd_open"} {
+		if v := check(p, name); !v.allowed {
+			t.Errorf("%s: %+v, want allowed", name, v)
 		}
 	}
-	for _, name := range []string{"clone3", "io_uring_setup"} {
-		if r := rule(name); r == nil || *r.ErrnoRet != 38 {
-			t.Errorf("%s: rule %+v, want ENOSYS", name, r)
+	for _, name := range []string{"keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "kexec_load",
+		"init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "ptrace", "process_vm_readv", "setns", "unshare", "acct",
+		"settimeofday", "clock_settime", "open_by_handle_at", "userfaultfd", "chroot", "syslog", "sysfs", "lookup_dcookie", "vhangup",
+		"iopl", "ioperm", "sethostname", "fanotify_init", "quotactl", "kcmp", "pidfd_getfd", "mbind", "unknown_future_call"} {
+		if v := check(p, name); v.allowed || v.args != nil || v.errno != errnoEPERM {
+			t.Errorf("%s: %+v, want EPERM (not on the list)", name, v)
 		}
 	}
-	for _, name := range []string{"clone", "unshare"} {
-		r := rule(name)
-		if r == nil || len(r.Args) != 1 || r.Args[0].Op != specs.OpMaskedEqual || r.Args[0].Value != syscall.CLONE_NEWUSER || r.Args[0].ValueTwo != syscall.CLONE_NEWUSER {
-			t.Errorf("%s: rule %+v, want EPERM with CLONE_NEWUSER only", name, r)
+	for _, name := range []string{"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"} {
+		if v := check(p, name); v.allowed || v.errno != errnoENOSYS {
+			t.Errorf("%s: %+v, want ENOSYS", name, v)
 		}
 	}
-	for _, name := range []string{"read", "write", "execve", "socket", "accept4", "epoll_wait", "futex"} {
-		if r := rule(name); r != nil {
-			t.Errorf("%s is denied", name)
+	if v := check(p, "clone"); v.allowed || len(v.args) != 1 || v.args[0][0] != (specs.LinuxSeccompArg{Index: 0, Value: cloneNamespaceFlags, Op: specs.OpMaskedEqual}) {
+		t.Errorf("clone: %+v, want allowed without namespace flags only", v)
+	}
+	if v := check(p, "socket"); v.allowed || len(v.args) != 1 || v.args[0][0] != (specs.LinuxSeccompArg{Index: 0, Value: afVsock, Op: specs.OpNotEqual}) {
+		t.Errorf("socket: %+v, want allowed but for AF_VSOCK", v)
+	}
+	if v := check(p, "personality"); v.allowed || len(v.args) != len(personalities) {
+		t.Errorf("personality: %+v, want allowed for %v only", v, personalities)
+	}
+
+	// Capabilities open what they govern.
+	for c, names := range map[string][]string{
+		"CAP_SYS_PTRACE": {"ptrace", "process_vm_readv", "kcmp"},
+		"CAP_SYS_CHROOT": {"chroot"},
+		"CAP_SYS_TIME":   {"settimeofday", "clock_settime"},
+		"CAP_BPF":        {"bpf"},
+	} {
+		q := defaultSeccomp("amd64", []string{"CAP_NET_BIND_SERVICE", c})
+		for _, name := range names {
+			if v := check(q, name); !v.allowed {
+				t.Errorf("with %s, %s: %+v, want allowed", c, name, v)
+			}
+		}
+		if v := check(q, "mount"); v.allowed {
+			t.Errorf("with %s, mount allowed", c)
+		}
+	}
+	q := defaultSeccomp("amd64", []string{"CAP_SYS_ADMIN"})
+	for _, name := range []string{"clone", "clone3", "unshare", "setns", "mount"} {
+		if v := check(q, name); !v.allowed {
+			t.Errorf("with CAP_SYS_ADMIN, %s: %+v, want allowed", name, v)
+		}
+	}
+	for _, name := range []string{"io_uring_setup", "keyctl", "userfaultfd"} {
+		if v := check(q, name); v.allowed {
+			t.Errorf("with CAP_SYS_ADMIN, %s allowed", name)
 		}
 	}
 
+	// Other architectures: their own calls, clone's flags where they are.
+	a := defaultSeccomp("arm64", nil)
+	if v := check(a, "arch_prctl"); v.allowed {
+		t.Error("arm64: arch_prctl allowed")
+	}
+	if v := check(a, "set_tls"); !v.allowed {
+		t.Error("arm64: set_tls not allowed")
+	}
+	if v := check(defaultSeccomp("s390x", nil), "clone"); len(v.args) != 1 || v.args[0][0].Index != 1 {
+		t.Errorf("s390x clone: %+v, want flags at argument 1", v)
+	}
+
+	// Build uses the container's bounding set, and the operator's profile
+	// as it is.
 	in := baseInput(t)
+	in.Container.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_CHROOT"}}}
+	if v := check(mustBuild(t, in).Linux.Seccomp, "chroot"); !v.allowed {
+		t.Errorf("chroot with SYS_CHROOT added: %+v", v)
+	}
 	own := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno}
 	in.Policy.Seccomp = own
 	if got := mustBuild(t, in).Linux.Seccomp; got != own {
 		t.Errorf("the operator's profile was not used: %+v", got)
+	}
+	in.Policy.Unconfined = true
+	if got := mustBuild(t, in).Linux.Seccomp; got != nil {
+		t.Errorf("unconfined: %+v, want no profile", got)
 	}
 }
 
@@ -887,4 +1002,71 @@ func TestVolumes(t *testing.T) {
 	in.TerminationLog = "/host/term"
 	in.Container.VolumeMounts = []corev1.VolumeMount{{Name: "secret", MountPath: "/dev/termination-log"}}
 	buildErr(t, in, "volumeMounts[0].mountPath", "terminationMessagePath")
+}
+
+// TestPinHook: every host path Build puts into the spec goes through
+// Input.Pin, and the spec names what Pin returned; symbolic links may be
+// followed for subPaths only; a failed pin of a subPath is the Revision's
+// fault (a FieldError), of knbox's own files not.
+func TestPinHook(t *testing.T) {
+	t.Parallel()
+	in := baseInput(t)
+	in.EtcHosts, in.EtcHostname, in.ResolvConf = "/inst/hosts", "/inst/hostname", "/inst/resolv.conf"
+	in.TerminationLog, in.SyslogSocket = "/inst/ctr/termination-log", "/inst/log.sock"
+	in.Volumes = map[string]Volume{"v": {Path: "/inst/volumes/0", Writable: true}, "w": {Path: "/inst/volumes/1"}}
+	in.Container.VolumeMounts = []corev1.VolumeMount{
+		{Name: "v", MountPath: "/data"},
+		{Name: "v", MountPath: "/sub", SubPath: "a/b"},
+		{Name: "w", MountPath: "/etc/resolv.conf", SubPath: "resolv"}, // replaces the fixed one: not pinned
+	}
+	var got []HostPath
+	in.Pin = func(hp HostPath) (string, error) {
+		got = append(got, hp)
+		return "/pinned/" + strings.ReplaceAll(strings.TrimPrefix(path.Join(hp.Root, hp.Rel), "/"), "/", "_"), nil
+	}
+	s := mustBuild(t, in)
+	want := []HostPath{
+		{Root: "/inst/ctr", Rel: "termination-log"},
+		{Root: "/inst/volumes/0"},
+		{Root: "/inst/volumes/0", Rel: "a/b", FollowSymlinks: true, MakeDirs: true},
+		{Root: "/inst/volumes/1", Rel: "resolv", FollowSymlinks: true},
+		{Root: "/inst", Rel: "hosts"},
+		{Root: "/inst", Rel: "hostname"},
+		{Root: "/inst", Rel: "log.sock"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pinned\n %+v\nwant\n %+v", got, want)
+	}
+	for dst, src := range map[string]string{
+		"/etc/hosts": "/pinned/inst_hosts", "/dev/log": "/pinned/inst_log.sock", "/dev/termination-log": "/pinned/inst_ctr_termination-log",
+		"/data": "/pinned/inst_volumes_0", "/sub": "/pinned/inst_volumes_0_a_b", "/etc/resolv.conf": "/pinned/inst_volumes_1_resolv",
+	} {
+		if m := mountAt(s, dst); m == nil || m.Source != src {
+			t.Errorf("%s: %+v, want source %s", dst, m, src)
+		}
+	}
+	for _, m := range s.Mounts {
+		if m.Type == "bind" && !strings.HasPrefix(m.Source, "/pinned/") {
+			t.Errorf("%s: source %s was not pinned", m.Destination, m.Source)
+		}
+	}
+
+	in.Pin = func(hp HostPath) (string, error) {
+		if hp.Rel == "a/b" {
+			return "", errors.New("leads out of the volume")
+		}
+		return "/pinned", nil
+	}
+	buildErr(t, in, "volumeMounts[1].subPath", "leads out of the volume")
+	in.Pin = func(hp HostPath) (string, error) {
+		if hp.Rel == "hosts" {
+			return "", errors.New("passes a symbolic link")
+		}
+		return "/pinned", nil
+	}
+	_, err := Build(in)
+	var fe *FieldError
+	if err == nil || errors.As(err, &fe) || !strings.Contains(err.Error(), "/etc/hosts: passes a symbolic link") {
+		t.Errorf("a failed pin of /etc/hosts: %v, want an error that is not the Revision's", err)
+	}
 }

@@ -9,23 +9,36 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// DefaultCapabilities is the capability set a container starts from:
-// containerd's default, which is Docker's.
-var DefaultCapabilities = []string{
+// DefaultCapabilities is the capability set a container starts from unless
+// the operator's Policy.DefaultCapabilities says otherwise: NET_BIND_SERVICE
+// alone, the effect of the Kubernetes "restricted" Pod Security profile
+// (drop ALL, add at most NET_BIND_SERVICE) and of Knative's
+// secure-pod-defaults. Docker's and containerd's default set gave every
+// container NET_RAW, MKNOD, SETUID, SETGID, DAC_OVERRIDE and more.
+var DefaultCapabilities = []string{"CAP_NET_BIND_SERVICE"}
+
+// DefaultAddableCapabilities are the capabilities securityContext.
+// capabilities.add may name unless the operator's
+// Policy.AddableCapabilities says otherwise: the list the Kubernetes
+// "baseline" Pod Security profile lets a pod add, which is Docker's default
+// set without NET_RAW. Knative's admission refuses capabilities.add unless
+// config-features enables kubernetes.containerspec-addcapabilities (or
+// secure-pod-defaults, for NET_BIND_SERVICE alone), so by default none
+// reaches Build.
+var DefaultAddableCapabilities = []string{
+	"CAP_AUDIT_WRITE",
 	"CAP_CHOWN",
 	"CAP_DAC_OVERRIDE",
-	"CAP_FSETID",
 	"CAP_FOWNER",
-	"CAP_MKNOD",
-	"CAP_NET_RAW",
-	"CAP_SETGID",
-	"CAP_SETUID",
-	"CAP_SETFCAP",
-	"CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE",
-	"CAP_SYS_CHROOT",
+	"CAP_FSETID",
 	"CAP_KILL",
-	"CAP_AUDIT_WRITE",
+	"CAP_MKNOD",
+	"CAP_NET_BIND_SERVICE",
+	"CAP_SETFCAP",
+	"CAP_SETGID",
+	"CAP_SETPCAP",
+	"CAP_SETUID",
+	"CAP_SYS_CHROOT",
 }
 
 // knownCapabilities are the capabilities of Linux 6.x (capabilities(7)).
@@ -53,13 +66,50 @@ func capName(c string) string {
 	return c
 }
 
-// capabilities applies securityContext.capabilities to DefaultCapabilities:
-// add first, then drop (drop wins), "ALL" in drop empties the set. Adding is
-// limited to the default set and the operator's extra list.
-func capabilities(sc *corev1.SecurityContext, addable []string) (*specs.LinuxCapabilities, error) {
-	set := slices.Clone(DefaultCapabilities)
+// CheckCapabilities returns the OCI names of a list of capabilities as an
+// operator writes them ("NET_RAW", "cap_chown"), or an error naming the
+// first that Linux does not have. field names the list in errors. ALL is
+// not a capability.
+func CheckCapabilities(field string, caps []string) ([]string, error) {
+	out := make([]string, 0, len(caps))
+	for i, c := range caps {
+		name := capName(c)
+		if !slices.Contains(knownCapabilities, name) {
+			return nil, fmt.Errorf("%s[%d]: unknown capability %q", field, i, c)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// capabilities applies securityContext.capabilities to the default set
+// (Policy.DefaultCapabilities, else DefaultCapabilities): add first, then
+// drop (drop wins), "ALL" in drop empties the set. add may only name
+// capabilities of the default set or of the addable list
+// (Policy.AddableCapabilities, else DefaultAddableCapabilities).
+//
+// A process whose uid is not 0 gets them in its bounding set only: its
+// effective and permitted sets are empty, which is what the kernel leaves a
+// non-root process after execve without ambient capabilities (runc's
+// result), and what runsc would not do by itself: it hands the spec's sets
+// to the process whatever its uid (runsc 20221219 gave uid 1000 CapEff
+// a80405fb).
+func capabilities(sc *corev1.SecurityContext, p Policy, uid uint32) (*specs.LinuxCapabilities, error) {
+	defaults, addable := DefaultCapabilities, DefaultAddableCapabilities
+	if p.DefaultCapabilities != nil {
+		defaults = p.DefaultCapabilities
+	}
+	if p.AddableCapabilities != nil {
+		addable = p.AddableCapabilities
+	}
+	set := make([]string, 0, len(defaults))
+	for _, c := range defaults {
+		set = append(set, capName(c))
+	}
 	if sc != nil && sc.Capabilities != nil {
-		allowed := slices.Clone(DefaultCapabilities)
+		allowed := slices.Clone(set)
 		for _, a := range addable {
 			allowed = append(allowed, capName(a))
 		}
@@ -81,7 +131,7 @@ func capabilities(sc *corev1.SecurityContext, addable []string) (*specs.LinuxCap
 			case !slices.Contains(knownCapabilities, name):
 				return nil, fieldErr(f, "unknown capability %q", string(a))
 			case !slices.Contains(allowed, name):
-				return nil, fieldErr(f, "adding %s is not allowed (only the default capabilities, such as NET_BIND_SERVICE, or those the operator allows)", string(a))
+				return nil, fieldErr(f, "adding %s is not allowed by the operator's policy (allowed: %s)", string(a), strings.Join(shortNames(allowed), ", "))
 			}
 			if !slices.Contains(set, name) {
 				set = append(set, name)
@@ -98,9 +148,23 @@ func capabilities(sc *corev1.SecurityContext, addable []string) (*specs.LinuxCap
 			set = slices.DeleteFunc(set, func(c string) bool { return c == name })
 		}
 	}
-	return &specs.LinuxCapabilities{
-		Bounding:  set,
-		Effective: slices.Clone(set),
-		Permitted: slices.Clone(set),
-	}, nil
+	if set == nil {
+		set = []string{}
+	}
+	caps := &specs.LinuxCapabilities{Bounding: set, Effective: []string{}, Permitted: []string{}}
+	if uid == 0 {
+		caps.Effective, caps.Permitted = slices.Clone(set), slices.Clone(set)
+	}
+	return caps, nil
+}
+
+// shortNames are capabilities without their CAP_ prefix, sorted and
+// without duplicates, as Kubernetes spells them.
+func shortNames(caps []string) []string {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		out = append(out, strings.TrimPrefix(c, "CAP_"))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/oci/safemount"
+	knboxruntime "github.com/knbox/knbox/pkg/runtime"
 )
 
 // requireRoot skips a test that needs root, unless CI is set: CI runs as
@@ -78,29 +82,38 @@ type contractReport struct {
 	VolumeWriteable string
 }
 
-var checkerBin string
+// built are the testdata programs built so far, by name.
+var (
+	builtMu sync.Mutex
+	built   = map[string]string{}
+)
 
 // buildChecker builds testdata/contract statically, once per test binary.
-func buildChecker(t *testing.T) string {
+func buildChecker(t *testing.T) string { return buildTestdata(t, "contract") }
+
+// buildTestdata builds testdata/name statically, once per test binary.
+func buildTestdata(t *testing.T, name string) string {
 	t.Helper()
-	if checkerBin != "" {
-		return checkerBin
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if p, ok := built[name]; ok {
+		return p
 	}
 	goBin := requireBinary(t, "go")
-	out := filepath.Join(os.TempDir(), fmt.Sprintf("knbox-oci-contract-%d", os.Getpid()))
-	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/contract")
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("knbox-oci-%s-%d", name, os.Getpid()))
+	cmd := exec.Command(goBin, "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the contract checker: %v\n%s", err, b)
+		t.Fatalf("build testdata/%s: %v\n%s", name, err, b)
 	}
-	checkerBin = out
+	built[name] = out
 	return out
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if checkerBin != "" {
-		os.Remove(checkerBin)
+	for _, p := range built {
+		os.Remove(p)
 	}
 	os.Exit(code)
 }
@@ -118,7 +131,7 @@ const (
 
 // contractRun is a container started by startContract.
 type contractRun struct {
-	cmd            *exec.Cmd
+	wait           func() error // until the container has exited; an error unless with code 0
 	stdout, stderr bytes.Buffer
 	config         []byte
 	lines          chan string // what the container wrote to /dev/log
@@ -130,9 +143,16 @@ type contractRun struct {
 // termination log.
 func runContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy) (contractReport, string, string) {
 	t.Helper()
-	run := startContract(t, c, pod, policy, "")
-	if err := run.cmd.Wait(); err != nil {
-		t.Fatalf("runc run: %v\nstdout: %s\nstderr: %s\nconfig.json: %s", err, run.stdout.String(), run.stderr.String(), run.config)
+	return runContractWith(t, "runc", c, pod, policy)
+}
+
+// runContractWith is runContract with the runtime named (see
+// startContractWith).
+func runContractWith(t *testing.T, runtime string, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy) (contractReport, string, string) {
+	t.Helper()
+	run := startContractWith(t, runtime, c, pod, policy, "")
+	if err := run.wait(); err != nil {
+		t.Fatalf("%s run: %v\nstdout: %s\nstderr: %s\nconfig.json: %s", runtime, err, run.stdout.String(), run.stderr.String(), run.config)
 	}
 	var r contractReport
 	if err := json.Unmarshal(run.stdout.Bytes(), &r); err != nil {
@@ -152,11 +172,26 @@ func runContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContex
 
 // startContract builds a spec for c with Build (joining netns if given) and
 // starts the contract checker in it with runc ("runc run", in the
-// foreground), for at most a minute.
+// foreground), for at most three minutes.
 func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy, netns string) *contractRun {
 	t.Helper()
+	return startContractWith(t, "runc", c, pod, policy, netns)
+}
+
+// startContractWith is startContract with the runtime named: runc, or
+// runsc with the arguments knbox's built-in runsc handler gives it (the
+// spec's cgroupsPath is then empty: runsc leaves the sandbox in the test's
+// cgroup).
+func startContractWith(t *testing.T, runtime string, c corev1.Container, pod *corev1.PodSecurityContext, policy Policy, netns string) *contractRun {
+	t.Helper()
 	requireRoot(t)
-	runc := requireBinary(t, "runc")
+	runc := requireBinary(t, runtime)
+	var global []string
+	cgroupsPath := func(id string) string { return id } // relative: below the test's own cgroups, removed by runc delete
+	if runtime == "runsc" {
+		global = []string{"--network=host", "--host-uds=open", "--oci-seccomp"}
+		cgroupsPath = func(string) string { return "" }
+	}
 	checker := buildChecker(t)
 
 	dir := t.TempDir()
@@ -207,6 +242,7 @@ func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityCont
 	}()
 
 	id := fmt.Sprintf("knbox-oci-contract-%d-%d", os.Getpid(), contractSeq.Add(1))
+	pin := pinIn(t, filepath.Join(dir, "pinned"))
 	spec, err := Build(Input{
 		Container:   c,
 		PodSecurity: pod,
@@ -214,7 +250,7 @@ func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityCont
 		Env:         []string{"PORT=8080", "K_SERVICE=hello", "K_CONFIGURATION=hello", "K_REVISION=hello-00001", "GREETING=hi"},
 		Rootfs:      rootfs,
 		Hostname:    "hello-00001-abc",
-		CgroupsPath: id, // relative: below the test's own cgroups, removed by runc delete
+		CgroupsPath: cgroupsPath(id),
 		EtcHosts:    hosts, EtcHostname: hostname, ResolvConf: resolv,
 		TerminationLog: termLog,
 		NetNSPath:      netns,
@@ -222,6 +258,7 @@ func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityCont
 		Volumes:        map[string]Volume{"data": {Path: filepath.Join(dir, "vol")}},
 		MachineMemory:  8 << 30,
 		Policy:         withOpenFiles(policy),
+		Pin:            pin,
 	})
 	must(err)
 	b, err := json.MarshalIndent(spec, "", "  ")
@@ -230,25 +267,75 @@ func startContract(t *testing.T, c corev1.Container, pod *corev1.PodSecurityCont
 
 	state := filepath.Join(dir, "state")
 	t.Cleanup(func() {
-		out, err := exec.Command(runc, "--root", state, "delete", "--force", id).CombinedOutput()
+		out, err := exec.Command(runc, append(append([]string{"--root", state}, global...), "delete", "--force", id)...).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "does not exist") {
 			t.Logf("runc delete: %v: %s", err, out)
 		}
 		removeCgroups(t, id)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // generous: the machine is shared and runsc under ptrace is slow when it is busy
 	run := &contractRun{config: b, lines: lines, termLog: termLog}
-	run.cmd = exec.CommandContext(ctx, runc, "--root", state, "run", "--bundle", dir, id)
-	run.cmd.Stdout, run.cmd.Stderr = &run.stdout, &run.stderr // stdin: /dev/null
-	if err := run.cmd.Start(); err != nil {
+	if runtime == "runsc" {
+		// Through knbox's handler, as the built-in runsc runtime runs it
+		// (which rewrites the seccomp profile's ENOSYS rules for runsc).
+		h, err := knboxruntime.NewOCI(knboxruntime.OCIConfig{Binary: runc, Root: state, Args: global, SandboxENOSYS: true})
+		must(err)
+		c, err := h.Create(ctx, id, dir, knboxruntime.IO{Stdout: &run.stdout, Stderr: &run.stderr})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		run.wait = func() error {
+			st, err := c.Wait(ctx)
+			if err == nil && st.Code != 0 {
+				err = errors.New(st.String())
+			}
+			return err
+		}
+		t.Cleanup(func() {
+			cancel()
+			if err := c.Delete(context.Background()); err != nil {
+				t.Errorf("delete: %v", err)
+			}
+		})
+		return run
+	}
+	cmd := exec.CommandContext(ctx, runc, append(append([]string{"--root", state}, global...), "run", "--bundle", dir, id)...)
+	cmd.Stdout, cmd.Stderr = &run.stdout, &run.stderr // stdin: /dev/null
+	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+	run.wait = func() error { <-done; return waitErr }
 	t.Cleanup(func() {
 		cancel() // kills runc if it still runs; then the delete above removes the container
-		run.cmd.Wait()
+		<-done
 	})
 	return run
+}
+
+// pinIn returns an Input.Pin hook that pins into the staging directory
+// dir, as knbox's instances do; the test's cleanup releases it.
+func pinIn(t *testing.T, dir string) func(HostPath) (string, error) {
+	t.Helper()
+	d, err := safemount.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := safemount.Release(dir); err != nil {
+			t.Errorf("release the pinned mounts: %v", err)
+		}
+	})
+	return func(hp HostPath) (string, error) {
+		return d.Pin(hp.Root, hp.Rel, safemount.Options{FollowSymlinks: hp.FollowSymlinks})
+	}
 }
 
 // removeCgroups removes what runc may have left of a relative cgroupsPath
@@ -297,8 +384,8 @@ func TestContractWithRunc(t *testing.T) {
 		c:    corev1.Container{Name: "user-container", Command: []string{"/check"}, Args: []string{"$(GREETING)", "$$(GREETING)"}, Resources: limits, VolumeMounts: mounts},
 		check: func(t *testing.T, r contractReport) {
 			eq(t, "uid", r.UID, 0)
-			eq(t, "CapBnd", r.Status["CapBnd"], "00000000a80425fb") // containerd's default set
-			eq(t, "CapEff", r.Status["CapEff"], "00000000a80425fb")
+			eq(t, "CapBnd", r.Status["CapBnd"], "0000000000000400") // NET_BIND_SERVICE alone, as "restricted" allows
+			eq(t, "CapEff", r.Status["CapEff"], "0000000000000400")
 			eq(t, "writable /", r.Writable["/"], "")
 			eq(t, "HOME", envOf(r.Env, "HOME"), "/root")
 		},
@@ -391,9 +478,7 @@ func TestContractWithRunc(t *testing.T) {
 			eq(t, "/dev/console exists", r.Exists["/dev/console"], false)
 			eq(t, "/dev/kmsg exists", r.Exists["/dev/kmsg"], false)
 			eq(t, "write /dev/null", r.Syscalls["open /dev/null"], "")
-			if r.UID == 0 { // only root may mknod; the device cgroup then refuses the open
-				eq(t, "mknod'ed block device", r.Syscalls["mknod sda"], "open: EACCES")
-			}
+			eq(t, "mknod'ed block device", r.Syscalls["mknod sda"], "EPERM") // no CAP_MKNOD, even for root
 
 			// Masked and read-only paths.
 			for _, p := range []string{"/proc/keys", "/proc/timer_list"} {
@@ -419,6 +504,8 @@ func TestContractWithRunc(t *testing.T) {
 				"unshare(CLONE_NEWUSER)": "EPERM", "keyctl": "EPERM", "mount": "EPERM", "ptrace": "EPERM",
 				"bpf": "EPERM", "userfaultfd": "EPERM", "setns": "EPERM",
 				"clone3": "ENOSYS", "io_uring_setup": "ENOSYS", "getpid": "",
+				"sysfs": "EPERM", "personality(query)": "", "personality(ADDR_NO_RANDOMIZE)": "EPERM",
+				"socket(AF_VSOCK)": "EPERM", "chroot": "EPERM", "unshare(CLONE_NEWNS)": "EPERM",
 			} {
 				eq(t, name, r.Syscalls[name], want)
 			}
@@ -515,7 +602,48 @@ func TestContractNetworkWithRunc(t *testing.T) {
 	if want := "hello from hello-00001-abc (lo)"; string(body) != want {
 		t.Errorf("response %q, want %q", body, want)
 	}
-	if err := run.cmd.Wait(); err != nil {
+	if err := run.wait(); err != nil {
 		t.Errorf("container: %v\nstderr: %s", err, run.stderr.String())
+	}
+}
+
+// TestCapabilitiesAndSeccompWithRunsc: under runsc, as under runc, a
+// non-root process has no effective or permitted capabilities (runsc
+// 20221219 handed uid 1000 the spec's sets: CapEff a80405fb), root has the
+// default set alone, and runsc applies the allow-list profile (with
+// --oci-seccomp, as knbox's runsc handler runs it) without refusing it.
+func TestCapabilitiesAndSeccompWithRunsc(t *testing.T) {
+	uid := int64(1000)
+	for _, tt := range []struct {
+		name        string
+		sc          *corev1.SecurityContext
+		eff, bounds string
+	}{
+		{"root", nil, "0000000000000400", "0000000000000400"},
+		{"uid 1000", &corev1.SecurityContext{RunAsUser: &uid}, "0000000000000000", "0000000000000400"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := corev1.Container{Name: "user-container", Command: []string{"/check"}, SecurityContext: tt.sc}
+			r, _, _ := runContractWith(t, "runsc", c, nil, Policy{})
+			if t.Failed() {
+				return
+			}
+			eq(t, "CapEff", r.Status["CapEff"], tt.eff)
+			eq(t, "CapPrm", r.Status["CapPrm"], tt.eff)
+			eq(t, "CapBnd", r.Status["CapBnd"], tt.bounds)
+			eq(t, "CapInh", r.Status["CapInh"], "0000000000000000")
+			// gVisor's /proc/self/status has no NoNewPrivs and no Seccomp
+			// line; the calls below show the filter at work. clone3 is
+			// allowed through to gVisor, which answers ENOSYS itself (runsc
+			// 20221219 answers EPERM to every errno rule); personality's
+			// query is gVisor's EINVAL, past the filter.
+			for name, want := range map[string]string{
+				"unshare(CLONE_NEWUSER)": "EPERM", "keyctl": "EPERM", "mount": "EPERM", "ptrace": "EPERM",
+				"setns": "EPERM", "clone3": "ENOSYS", "getpid": "", "bpf": "EPERM", "userfaultfd": "EPERM",
+				"sysfs": "EPERM", "personality(ADDR_NO_RANDOMIZE)": "EPERM", "chroot": "EPERM", "socket(AF_VSOCK)": "EPERM",
+			} {
+				eq(t, name, r.Syscalls[name], want)
+			}
+		})
 	}
 }

@@ -3,11 +3,28 @@
 // /etc files, volumes) into an OCI runtime spec (config.json) that satisfies
 // the Knative runtime contract, with hardening the developer cannot turn off.
 //
-// It owns the spec and nothing else: Build has no side effects (it reads the
-// root filesystem's /etc/passwd and /etc/group and resolves volume subPaths,
-// and writes nothing), and the package imports no other knbox package. It
-// does not run probes (readiness and liveness are the caller's), pull images
-// or make namespaces.
+// It owns the spec and nothing else: Build has no side effects of its own
+// (it reads the root filesystem's /etc/passwd and /etc/group, and writes
+// nothing), and the package imports no other knbox package (the caller
+// brings package safemount, below it, through Input.Pin). It does not run
+// probes (readiness and liveness are the caller's), pull images or make
+// namespaces.
+//
+// # Host paths
+//
+// Every host path Build puts into the spec as a bind mount's source (the
+// /etc files, the termination log, /dev/log, each volume and each subPath)
+// goes through the caller's Input.Pin, which returns the path to name
+// instead. knbox's instances pin them with package safemount: each is
+// opened below the directory knbox made for it with openat2 (no "..",
+// absolute link or mount crossing out of it; knbox's own files without any
+// link at all), bind-mounted by descriptor into a private staging
+// directory, checked, and the spec names that mount. A container that
+// shares a volume can therefore not swap a subPath component for a link
+// to a host directory between knbox's check and the runtime's mount (the
+// kubelet's CVE-2017-1002101). A subPath that is missing in a writable
+// volume (an emptyDir) is made, as the kubelet makes it. Without Pin (the
+// golden tests) the paths go in as they are, subPaths resolved to a string.
 //
 // # What Build decides
 //
@@ -27,22 +44,27 @@
 // not listed), as containerd does. additionalGids are the primary gid, the
 // groups of /etc/group that list the user, the pod's supplementalGroups and
 // its fsGroup, in that order and without duplicates. Root is refused when the
-// operator's Policy.RefuseRoot is set or securityContext.runAsNonRoot is true,
-// with an error that names the field that chose it.
+// operator's Policy.RefuseRoot is set (or the runtime handler refuses it) or
+// securityContext.runAsNonRoot is true, with an error that names the field
+// that chose it.
 //
-// Capabilities. The default set is containerd's (and Docker's): CHOWN,
-// DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID, SETUID, SETFCAP,
-// SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, KILL and AUDIT_WRITE. It is what the
-// same Revision gets on a Kubernetes node, so manifests behave alike; NET_RAW
-// reaches only the instance's own loopback here and MKNOD only the devices
-// the device cgroup allows. securityContext.capabilities.drop is applied after
-// add ("ALL" empties the set); add may only name capabilities of the default
-// set (NET_BIND_SERVICE after drop ALL is Knative's secure default) or those
-// the operator lists in Policy.AddableCapabilities. The set is bounding,
-// permitted and effective; inheritable and ambient stay empty, so a non-root
-// process has no effective capabilities after exec, as on Kubernetes.
-// noNewPrivileges is always true, whatever allowPrivilegeEscalation says.
-// privileged and procMount Unmasked are refused.
+// Capabilities. The default set is NET_BIND_SERVICE alone (the operator's
+// Policy.DefaultCapabilities replaces it): the effect of the Kubernetes
+// "restricted" Pod Security profile and of Knative's secure-pod-defaults,
+// where Docker and containerd give NET_RAW, MKNOD, SETUID, DAC_OVERRIDE and
+// more. securityContext.capabilities.drop is applied after add ("ALL"
+// empties the set); add may name capabilities of the default set or of the
+// addable list: Policy.AddableCapabilities, else DefaultAddableCapabilities
+// (the "baseline" profile's list: Docker's set without NET_RAW). Knative's
+// admission lets capabilities.add through only when config-features enables
+// kubernetes.containerspec-addcapabilities (NET_BIND_SERVICE alone under
+// secure-pod-defaults), so that flag keeps its meaning. The set is the
+// bounding set; for uid 0 also the permitted and effective sets; a process
+// of any other uid has none effective or permitted, which is what the kernel
+// leaves it after execve (runc's result) and what runsc would not do by
+// itself. Inheritable and ambient stay empty. noNewPrivileges is always
+// true, whatever allowPrivilegeEscalation says. privileged and procMount
+// Unmasked are refused.
 //
 // rlimits. RLIMIT_NOFILE 1048576 soft and hard (Policy.OpenFiles): what
 // containers get on Kubernetes nodes (containerd's LimitNOFILE=infinity) and
@@ -77,7 +99,7 @@
 //	/dev/log         bind of Input.SyslogSocket, when given
 //	volume mounts    binds of Input.Volumes (read-only unless the volume is
 //	                 Writable and the mount is not readOnly), with subPath
-//	                 resolved inside the volume (symlinks cannot leave it)
+//	                 pinned inside the volume (see "Host paths")
 //
 // The tmpfs at /tmp and /var/log is sized to the memory limit when there is
 // one; its pages are charged to the container's memory cgroup either way. A
@@ -107,16 +129,18 @@
 // /sys/devices/virtual/powercap; read-only /proc/bus, /proc/fs, /proc/irq,
 // /proc/sys and /proc/sysrq-trigger.
 //
-// Seccomp. Policy.Seccomp if the operator set one, else DefaultSeccomp:
-// allow by default and deny a list of syscalls that a stateless web server
-// has no use for and that widen the kernel's attack surface (keyrings,
-// mounts, modules, kexec, BPF, perf, ptrace and cross-process memory access,
-// namespaces: setns, and clone and unshare with CLONE_NEWUSER; clock and
-// swap changes, acct, quotas, reboot, syslog, userfaultfd, open_by_handle_at,
-// I/O port access). Those fail with EPERM. clone3 and io_uring fail with
-// ENOSYS so that libc and runtimes fall back to clone and epoll. The
-// developer's seccompProfile is ignored: the contract puts seccomp with the
-// operator.
+// Seccomp. Policy.Seccomp if the operator set one, else DefaultSeccomp,
+// knbox's RuntimeDefault profile: deny by default (EPERM) with an allow
+// list of the calls programs and their runtimes make, as containerd's and
+// Docker's profiles are built; clone only without namespace flags, socket
+// for every family but AF_VSOCK, personality with the harmless values; the
+// calls a capability governs (mount and setns with CAP_SYS_ADMIN, ptrace
+// with CAP_SYS_PTRACE, chroot with CAP_SYS_CHROOT, ...) only when the
+// container's bounding set holds it; clone3 and io_uring fail with ENOSYS so
+// that libc and runtimes fall back to clone and epoll; keyrings, userfaultfd,
+// kexec and swap never. The developer's seccompProfile is ignored: the
+// contract puts seccomp with the operator, and nothing a developer can ask
+// for is stricter than RuntimeDefault.
 //
 // Resources. memory: limit = limits.memory, swap (memory+swap) = the same
 // (no swap; on cgroup v1 runc needs swap accounting, memory.memsw.*, for it). cpu: period 100000 µs, quota = limits.cpu × period (at least

@@ -40,7 +40,9 @@ const defaultTerminationMessagePath = "/dev/termination-log"
 const shmSize = 64 << 20
 
 // fixedMounts are the mounts every container gets, before the bind mounts.
-func fixedMounts(in Input, memLimit int64) []specs.Mount {
+// Those a volume takes the place of (skip) are left out, and their host
+// paths not pinned.
+func fixedMounts(in *Input, memLimit int64, skip map[string]bool) ([]specs.Mount, error) {
 	tmpfsSize := ""
 	if memLimit > 0 {
 		tmpfsSize = ",size=" + strconv.FormatInt(memLimit, 10)
@@ -57,7 +59,13 @@ func fixedMounts(in Input, memLimit int64) []specs.Mount {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: opts("nosuid,nodev,mode=1777" + tmpfsSize)},
 	}
 	if in.VarLog != "" {
-		m = append(m, specs.Mount{Destination: "/var/log", Type: "bind", Source: in.VarLog, Options: opts("rbind,rw,nosuid,nodev,noexec")})
+		if !skip["/var/log"] {
+			src, err := in.pin(HostPath{Root: in.VarLog})
+			if err != nil {
+				return nil, fmt.Errorf("build spec: /var/log: %w", err)
+			}
+			m = append(m, specs.Mount{Destination: "/var/log", Type: "bind", Source: src, Options: opts("rbind,rw,nosuid,nodev,noexec")})
+		}
 	} else {
 		m = append(m, specs.Mount{Destination: "/var/log", Type: "tmpfs", Source: "tmpfs", Options: opts("nosuid,nodev,noexec,mode=1777" + tmpfsSize)})
 	}
@@ -66,14 +74,22 @@ func fixedMounts(in Input, memLimit int64) []specs.Mount {
 		{"/etc/hostname", in.EtcHostname},
 		{"/etc/resolv.conf", in.ResolvConf},
 	} {
-		if f.src != "" {
-			m = append(m, specs.Mount{Destination: f.dst, Type: "bind", Source: f.src, Options: opts("bind,ro,nosuid,nodev,noexec")})
+		if f.src != "" && !skip[f.dst] {
+			src, err := in.pinFile(f.src)
+			if err != nil {
+				return nil, fmt.Errorf("build spec: %s: %w", f.dst, err)
+			}
+			m = append(m, specs.Mount{Destination: f.dst, Type: "bind", Source: src, Options: opts("bind,ro,nosuid,nodev,noexec")})
 		}
 	}
 	if in.SyslogSocket != "" {
-		m = append(m, specs.Mount{Destination: "/dev/log", Type: "bind", Source: in.SyslogSocket, Options: opts("bind,rw,nosuid,nodev,noexec")})
+		src, err := in.pinFile(in.SyslogSocket)
+		if err != nil {
+			return nil, fmt.Errorf("build spec: /dev/log: %w", err)
+		}
+		m = append(m, specs.Mount{Destination: "/dev/log", Type: "bind", Source: src, Options: opts("bind,rw,nosuid,nodev,noexec")})
 	}
-	return m
+	return slices.DeleteFunc(m, func(x specs.Mount) bool { return skip[x.Destination] }), nil
 }
 
 // replaceable are fixed mounts a volume may take the place of, as the
@@ -97,7 +113,7 @@ func reserved(p string) bool {
 	return false
 }
 
-func buildMounts(in Input, memLimit int64) ([]specs.Mount, error) {
+func buildMounts(in *Input, memLimit int64) ([]specs.Mount, error) {
 	c := &in.Container
 	var mounts []specs.Mount
 	seen := map[string]bool{}
@@ -117,7 +133,11 @@ func buildMounts(in Input, memLimit int64) ([]specs.Mount, error) {
 		}
 		termPath = p
 		seen[p] = true
-		mounts = append(mounts, specs.Mount{Destination: p, Type: "bind", Source: in.TerminationLog, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+		src, err := in.pinFile(in.TerminationLog)
+		if err != nil {
+			return nil, fmt.Errorf("build spec: %s: %w", p, err)
+		}
+		mounts = append(mounts, specs.Mount{Destination: p, Type: "bind", Source: src, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 	}
 
 	for i, vm := range c.VolumeMounts {
@@ -145,15 +165,21 @@ func buildMounts(in Input, memLimit int64) ([]specs.Mount, error) {
 		if vm.SubPathExpr != "" {
 			return nil, fieldErr(f+".subPathExpr", "not supported")
 		}
-		src := vol.Path
+		var src string
 		if vm.SubPath != "" {
 			sub := vm.SubPath
 			if path.IsAbs(sub) || slices.Contains(strings.Split(sub, "/"), "..") {
 				return nil, fieldErr(f+".subPath", "%q must be a relative path without '..'", sub)
 			}
-			p, err := resolveInRoot(vol.Path, sub)
+			p, err := in.pin(HostPath{Root: vol.Path, Rel: sub, FollowSymlinks: true, MakeDirs: vol.Writable})
 			if err != nil {
 				return nil, fieldErr(f+".subPath", "%q in volume %q: %v", sub, vm.Name, err)
+			}
+			src = p
+		} else {
+			p, err := in.pin(HostPath{Root: vol.Path})
+			if err != nil {
+				return nil, fmt.Errorf("build spec: volume %q: %w", vm.Name, err)
 			}
 			src = p
 		}
@@ -164,7 +190,10 @@ func buildMounts(in Input, memLimit int64) ([]specs.Mount, error) {
 		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", mode, "nosuid", "nodev"}})
 	}
 
-	all := slices.DeleteFunc(fixedMounts(in, memLimit), func(m specs.Mount) bool { return seen[m.Destination] })
+	all, err := fixedMounts(in, memLimit, seen)
+	if err != nil {
+		return nil, err
+	}
 	all = append(all, mounts...)
 	// Parents before children: a volume at /etc must not hide /etc/hosts.
 	slices.SortStableFunc(all, func(a, b specs.Mount) int {

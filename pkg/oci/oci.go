@@ -52,6 +52,47 @@ type Input struct {
 	MachineMemory int64
 	// Policy is the operator's policy.
 	Policy Policy
+	// Pin, when set, is called for every host path Build puts into the
+	// spec as a bind mount's source (the /etc files, the termination log,
+	// the syslog socket, VarLog, each volume and each subPath in it) and
+	// returns the path to put there instead: one no container can redirect
+	// between now and the runtime's mount (see package safemount). Without
+	// it the paths go in as they are, subPaths resolved to a string: a
+	// container that shares the volume can then swap a component for a
+	// link between that check and the runtime's mount.
+	Pin func(HostPath) (string, error)
+}
+
+// HostPath is a bind mount's source on the host: Rel (slash-separated; ""
+// for Root itself) below Root, a directory knbox made.
+type HostPath struct {
+	Root, Rel string
+	// FollowSymlinks: Rel may pass symbolic links that stay below Root (a
+	// volume's subPath). knbox's own files are reached without any.
+	FollowSymlinks bool
+	// MakeDirs: what is missing of Rel is to be made as directories (the
+	// subPath of a writable volume, an emptyDir, as the kubelet does).
+	// Without Input.Pin a missing path is an error.
+	MakeDirs bool
+}
+
+// pin returns where the spec finds hp (see Input.Pin).
+func (in *Input) pin(hp HostPath) (string, error) {
+	if in.Pin != nil {
+		return in.Pin(hp)
+	}
+	if hp.Rel == "" {
+		return hp.Root, nil
+	}
+	if hp.FollowSymlinks {
+		return resolveInRoot(hp.Root, hp.Rel)
+	}
+	return path.Join(hp.Root, hp.Rel), nil
+}
+
+// pinFile pins a file knbox made at p (its directory is the root).
+func (in *Input) pinFile(p string) (string, error) {
+	return in.pin(HostPath{Root: path.Dir(p), Rel: path.Base(p)})
 }
 
 // ImageConfig is the part of an OCI image config that decides how the
@@ -74,8 +115,15 @@ type Volume struct {
 type Policy struct {
 	// RefuseRoot fails containers that would run as uid 0.
 	RefuseRoot bool
-	// Seccomp replaces the default profile (nil: DefaultSeccomp()).
+	// RootRefusedBy names who refuses root, for the error ("": the
+	// operator's policy), e.g. a runtime handler that refuses it.
+	RootRefusedBy string
+	// Seccomp replaces the default profile (nil: DefaultSeccomp for the
+	// container's capabilities).
 	Seccomp *specs.LinuxSeccomp
+	// Unconfined turns seccomp off: the spec has no profile (Seccomp is
+	// ignored). For trusted code only.
+	Unconfined bool
 	// MaskedPaths and ReadonlyPaths replace the defaults (nil: defaults;
 	// empty: none).
 	MaskedPaths, ReadonlyPaths []string
@@ -84,9 +132,13 @@ type Policy struct {
 	// OpenFiles is RLIMIT_NOFILE, soft and hard (0: DefaultOpenFiles). The
 	// runtime can only grant what its own process may: see MaxOpenFiles.
 	OpenFiles uint64
+	// DefaultCapabilities is the set a container starts from (nil:
+	// DefaultCapabilities, NET_BIND_SERVICE alone; empty: none).
+	DefaultCapabilities []string
 	// AddableCapabilities may be added by securityContext.capabilities.add
-	// beyond the default set (e.g. with Knative's
-	// kubernetes.containerspec-addcapabilities enabled).
+	// beyond the default set, when Knative's admission lets the add through
+	// (config-features kubernetes.containerspec-addcapabilities). nil:
+	// DefaultAddableCapabilities; empty: none.
 	AddableCapabilities []string
 }
 
@@ -138,7 +190,7 @@ func Build(in Input) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	caps, err := capabilities(c.SecurityContext, in.Policy.AddableCapabilities)
+	caps, err := capabilities(c.SecurityContext, in.Policy, user.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +202,7 @@ func Build(in Input) (*specs.Spec, error) {
 	if res.Memory != nil && res.Memory.Limit != nil {
 		memLimit = *res.Memory.Limit
 	}
-	mounts, err := buildMounts(in, memLimit)
+	mounts, err := buildMounts(&in, memLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -202,8 +254,11 @@ func Build(in Input) (*specs.Spec, error) {
 			Seccomp:       in.Policy.Seccomp,
 		},
 	}
-	if spec.Linux.Seccomp == nil {
-		spec.Linux.Seccomp = DefaultSeccomp()
+	switch {
+	case in.Policy.Unconfined:
+		spec.Linux.Seccomp = nil
+	case spec.Linux.Seccomp == nil:
+		spec.Linux.Seccomp = DefaultSeccomp(caps.Bounding)
 	}
 	return spec, nil
 }
@@ -431,7 +486,11 @@ func processUser(in Input) (specs.User, string, error) {
 			}
 			return u, "", fieldErr(f, "%s, but runAsNonRoot is true", who)
 		case in.Policy.RefuseRoot:
-			msg := who + ": root is refused by the operator's policy"
+			by := in.Policy.RootRefusedBy
+			if by == "" {
+				by = "the operator's policy"
+			}
+			msg := who + ": root is refused by " + by
 			if uidField == "image.user" {
 				msg += "; set securityContext.runAsUser to a non-root uid"
 			}

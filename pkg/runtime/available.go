@@ -191,6 +191,9 @@ func makeProbeBundle(bundle string) error {
 			Args: []string{"/bin/true"},
 			Env:  []string{"PATH=/bin"},
 			Cwd:  "/",
+			// Not root: the process handler refuses root, and nothing
+			// here needs it.
+			User: specs.User{UID: 65534, GID: 65534},
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: []string{}, Effective: []string{}, Permitted: []string{},
 			},

@@ -57,7 +57,12 @@
 //
 // Files: Create writes the runtime's pid file as "<id>.pid" into the bundle
 // directory and removes it once read; the runtime keeps its state under the
-// handler's Root (--root), which must belong to one handler alone.
+// handler's Root (--root), which must belong to one handler alone. A Create
+// that fails leaves nothing there: it runs "delete --force" for the id
+// whether or not "list" shows it (runc run --keep whose container fails to
+// start leaves a state directory without state.json, which list skips and
+// which made every later run of the id fail with "container with given ID
+// already exists"), and its error carries what the runtime wrote on stderr.
 //
 // # cgroups
 //
@@ -134,29 +139,47 @@
 // cgroup through those files (the JVM's container support, Go's automaxprocs)
 // find none; programs that read the fixed paths see the limits.
 //
+// runsc 20221219 applies the spec's seccomp profile (--oci-seccomp) but
+// answers EPERM to every SCMP_ACT_ERRNO rule whatever its errnoRet, where
+// glibc needs ENOSYS from clone3 to fall back to clone (pthread_create
+// fails otherwise). With OCIConfig.SandboxENOSYS, Create turns the profile's
+// ENOSYS rules into allow rules: gVisor, which has no clone3, answers
+// ENOSYS itself, and its io_uring stays inside the sandbox. It also keeps
+// the reason a container failed to start (a bind source its gofer cannot
+// mount) in its debug log only, which knbox does not enable: such a failure
+// reads "cannot create sandbox".
+//
 // # The process handler
 //
-// process runs process.args with process.env (exactly, nothing inherited),
+// process does not isolate. It is for trusted code on machines without an
+// OCI runtime, and the daemon registers it only when the operator turns it
+// on; its RuntimeClass says that it does not isolate (Unisolated).
+//
+// It runs process.args with process.env (exactly, nothing inherited),
 // process.cwd, process.user.uid, gid and additionalGids, chrooted into the
 // bundle's root, in its own process group, with stdin, stdout and stderr as
-// above. It joins the network namespace named by path in the spec (setns on a
-// locked OS thread that then forks the child), makes a new one when the spec
-// lists a network namespace without a path (CLONE_NEWNET, whose loopback stays
-// down), and stays in the daemon's when the spec lists none. root.readonly is
-// honoured with a read-only bind mount of the root under the handler's state
-// directory (submounts of the root stay writable). When the main process
-// exits, the rest of its process group is killed, much as the end of a PID
-// namespace's init ends the namespace.
+// above. It refuses uid 0 (RootRefuser): root in a chroot is root on the
+// host. The child starts with no capabilities it could use (empty bounding,
+// inheritable and ambient sets; its non-zero uid clears the effective and
+// permitted sets) and with no_new_privs, so neither a setuid-root file nor
+// file capabilities in the image give it any. It joins the network
+// namespace named by path in the spec (setns on a locked OS thread that then
+// forks the child), makes a new one when the spec lists a network namespace
+// without a path (CLONE_NEWNET, whose loopback stays down), and stays in the
+// daemon's when the spec lists none. root.readonly is honoured with a
+// read-only bind mount of the root under the handler's state directory
+// (submounts of the root stay writable). When the main process exits, the
+// rest of its process group is killed, much as the end of a PID namespace's
+// init ends the namespace.
 //
-// It isolates nothing else. It does NOT apply: the other namespaces (PID,
-// mount, IPC, UTS, user, cgroup: the child sees and can signal every host
-// process its uid may signal, and shares the host's hostname and mounts);
-// the spec's mounts (no /proc, /dev, /sys or /tmp unless the root has them);
-// linux.resources and cgroupsPath (no memory or CPU limits, so OOMKilled is
-// never set); capabilities, noNewPrivileges, seccomp, AppArmor and SELinux
-// labels, rlimits, umask, masked and read-only paths, sysctls, devices, hooks
-// and hostname. A uid 0 process keeps every capability of the daemon and can
-// leave the chroot. Use it only for trusted code on machines without runc.
-// Without the spec's mounts, containers could not share volumes, so it does
-// not implement MultiContainer: it runs one container per instance.
+// It does NOT apply: the other namespaces (PID, mount, IPC, UTS, user,
+// cgroup: the child sees and can signal every host process of its uid, and
+// shares the host's hostname and mounts); the spec's mounts (no /proc, /dev,
+// /sys or /tmp unless the root has them); linux.resources and cgroupsPath
+// (no memory or CPU limits, so OOMKilled is never set); the spec's
+// capabilities (none, whatever it says), seccomp, AppArmor and SELinux
+// labels, rlimits, umask, masked and read-only paths, sysctls, devices,
+// hooks and hostname. Without the spec's mounts, containers could not share
+// volumes, so it does not implement MultiContainer: it runs one container
+// per instance.
 package runtime

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -65,7 +66,30 @@ var handlerFactories = []struct {
 		// ManageCgroups.
 		return mustOCI(t, OCIConfig{Binary: "runsc", Root: root, Args: []string{"--network=host"}, ManageCgroups: true})
 	}},
-	{"process", func(t testing.TB, root string) Handler { return NewProcess(root) }},
+	{"process", func(t testing.TB, root string) Handler { return asNobody{NewProcess(root)} }},
+}
+
+// asNobody is the process handler for the shared suite, whose bundles run
+// as root: the process handler refuses root (TestProcessRefusesRoot), so
+// their uid 0 becomes nobody's before Create.
+type asNobody struct{ Handler }
+
+func (h asNobody) Create(ctx context.Context, id, bundle string, cio IO) (Container, error) {
+	file := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(file)
+	if err == nil {
+		var spec specs.Spec
+		if json.Unmarshal(b, &spec) == nil && spec.Process != nil && spec.Process.User.UID == 0 {
+			spec.Process.User = specs.User{UID: 65534, GID: 65534}
+			if b, err = json.Marshal(&spec); err == nil {
+				err = os.WriteFile(file, b, 0o644)
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return h.Handler.Create(ctx, id, bundle, cio)
 }
 
 func mustOCI(t testing.TB, cfg OCIConfig) Handler {

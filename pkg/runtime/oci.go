@@ -41,6 +41,12 @@ type OCIConfig struct {
 	// the cgroups they made when the container exits and show none inside
 	// it (runsc). See "cgroups" in the package documentation.
 	ManageCgroups bool
+	// SandboxENOSYS is for runtimes with a kernel of their own that answer
+	// EPERM to every SCMP_ACT_ERRNO rule of a seccomp profile whatever its
+	// errnoRet (runsc 20221219): Create turns the profile's ENOSYS rules
+	// into allow rules, and the sandbox answers those calls itself. See
+	// letSandboxAnswerENOSYS.
+	SandboxENOSYS bool
 }
 
 // cliTimeout bounds the runtime's short commands (kill, delete, list) when the
@@ -52,6 +58,7 @@ type ociHandler struct {
 	args            []string
 	keep            bool           // "run --keep" exists: the container and its cgroup outlive its exit until Delete
 	cgroups         *cgroupManager // nil unless ManageCgroups
+	sandboxENOSYS   bool
 }
 
 // NewOCI returns a handler for a runc-compatible CLI. It fails if the binary
@@ -78,7 +85,7 @@ func NewOCI(cfg OCIConfig) (Handler, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("oci handler %s: %w", name, err)
 	}
-	h := &ociHandler{name: name, bin: bin, root: root, args: append([]string(nil), cfg.Args...)}
+	h := &ociHandler{name: name, bin: bin, root: root, args: append([]string(nil), cfg.Args...), sandboxENOSYS: cfg.SandboxENOSYS}
 	if cfg.ManageCgroups {
 		if h.cgroups, err = newCgroupManager(root + ".cgroups"); err != nil {
 			return nil, fmt.Errorf("oci handler %s: %w", name, err)
@@ -182,6 +189,11 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
+	if h.sandboxENOSYS {
+		if err := letSandboxAnswerENOSYS(bundle); err != nil {
+			return fail(err)
+		}
+	}
 	var cgs *cgroupSet
 	if h.cgroups != nil {
 		if cgs, err = h.cgroups.prepare(ctx, id, bundle, spec); err != nil {
@@ -241,8 +253,8 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 		// Whatever the runtime got to make stays behind: remove it.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cliTimeout)
 		defer cancel()
-		if e, lerr := h.lookup(dctx, id); lerr == nil && e != nil {
-			_, _ = h.run(dctx, id, "delete", "--force", id)
+		if derr := h.removeFailed(dctx, id); derr != nil {
+			err = fmt.Errorf("%w; removing what it left: %v", err, derr)
 		}
 		undo()
 		if spec.Linux != nil {
@@ -276,6 +288,27 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 		c.exit.set(es)
 	}()
 	return c, nil
+}
+
+// removeFailed deletes what a "run" that failed left of container id. runc
+// run --keep whose container fails to start (a mount it cannot make, an
+// executable it cannot find) leaves its state directory without a
+// state.json: "list" does not show it, yet every later "run" of the id fails
+// with "container with given ID already exists", hiding the real error. So
+// the delete is not conditional on list; "delete --force" removes such a
+// directory too, and is a no-op for an id the runtime does not know.
+func (h *ociHandler) removeFailed(ctx context.Context, id string) error {
+	_, err := h.run(ctx, id, "delete", "--force", id)
+	if err == nil {
+		return nil
+	}
+	// Some runtimes refuse to delete an id they do not know: that is success.
+	if e, lerr := h.lookup(ctx, id); lerr == nil && e == nil {
+		if _, serr := os.Lstat(filepath.Join(h.root, id)); errors.Is(serr, os.ErrNotExist) {
+			return nil
+		}
+	}
+	return err
 }
 
 func (h *ociHandler) Recover(ctx context.Context) ([]Container, error) {

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,18 @@ type processHandler struct {
 func NewProcess(stateDir string) Handler { return &processHandler{dir: stateDir} }
 
 func (h *processHandler) Name() string { return "process" }
+
+// RefusesRoot is true: see RootRefuser.
+func (h *processHandler) RefusesRoot() bool { return true }
+
+// Unisolated says what the process handler does not do; see Unisolated.
+func (h *processHandler) Unisolated() string {
+	return "process runs the container's entrypoint as a plain child process of knbox, " +
+		"chrooted into the image with the instance's network namespace, refusing uid 0, " +
+		"with no capabilities and no_new_privs, but without PID, mount, IPC or UTS namespaces, " +
+		"seccomp, cgroup limits or the runtime contract's mounts: it does not isolate containers " +
+		"from the host or from each other; use it for trusted code only"
+}
 
 // processState is what Recover needs to find a container again.
 type processState struct {
@@ -57,6 +70,10 @@ func (h *processHandler) Create(ctx context.Context, id, bundle string, cio IO) 
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)
+	}
+	if spec.Process.User.UID == 0 {
+		return fail(errors.New("process.user.uid is 0: the process runtime does not run root " +
+			"(it does not isolate: root in a chroot is root on the host)"))
 	}
 	if err := os.MkdirAll(h.dir, 0o700); err != nil {
 		return fail(err)
@@ -118,7 +135,7 @@ func (h *processHandler) Create(ctx context.Context, id, bundle string, cio IO) 
 	if newNetns {
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
 	}
-	if err := startInNetns(cmd, netns); err != nil {
+	if err := startUnprivileged(cmd, netns); err != nil {
 		st.close()
 		return fail(err)
 	}
@@ -349,42 +366,89 @@ func networkNamespace(spec *specs.Spec) (nsPath string, fresh bool) {
 	return "", false
 }
 
-// startInNetns starts cmd in the network namespace at nsPath ("" for this
-// process's). A child is created in the namespace of the thread that forks
-// it, so the fork happens on a locked thread switched into the namespace and
-// back; a thread that cannot be switched back is left locked and so dies with
-// its goroutine.
-func startInNetns(cmd *exec.Cmd, nsPath string) error {
-	if nsPath == "" {
-		return cmd.Start()
+// startUnprivileged starts cmd in the network namespace at nsPath ("" for
+// this process's) with no capabilities it could ever use and no way to gain
+// privileges: an empty bounding set, empty inheritable and ambient sets, and
+// no_new_privs, so that neither a setuid-root file nor file capabilities in
+// the image give the child anything. Its uid, which Create makes sure is not
+// 0, clears its effective and permitted sets when it switches to it, as
+// setuid(2) does without SECBIT_KEEP_CAPS.
+//
+// A child inherits these attributes, and its network namespace, from the
+// thread that forks it, so the fork happens on a locked thread changed for
+// it. That thread never goes back to the Go scheduler: it stays locked and
+// ends with its goroutine.
+func startUnprivileged(cmd *exec.Cmd, nsPath string) error {
+	var target *os.File
+	if nsPath != "" {
+		f, err := os.Open(nsPath)
+		if err != nil {
+			return fmt.Errorf("network namespace: %w", err)
+		}
+		defer f.Close()
+		target = f
 	}
-	target, err := os.Open(nsPath)
+	lastCap, err := lastCapability()
 	if err != nil {
-		return fmt.Errorf("network namespace: %w", err)
+		return err
 	}
-	defer target.Close()
 	errc := make(chan error, 1)
 	go func() {
-		goruntime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("network namespace: %w", err)
+		goruntime.LockOSThread() // never unlocked: see above
+		if target != nil {
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- fmt.Errorf("join network namespace %s: %w", nsPath, err)
+				return
+			}
+		}
+		if err := dropPrivileges(lastCap); err != nil {
+			errc <- err
 			return
 		}
-		defer orig.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			goruntime.UnlockOSThread()
-			errc <- fmt.Errorf("join network namespace %s: %w", nsPath, err)
-			return
-		}
-		err = cmd.Start()
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			goruntime.UnlockOSThread()
-		}
-		errc <- err
+		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// dropPrivileges empties the calling thread's bounding, inheritable and
+// ambient capability sets and sets its no_new_privs. The effective and
+// permitted sets stay: the child needs CAP_SYS_CHROOT, CAP_SETUID and
+// CAP_SETGID until it has switched to its user.
+func dropPrivileges(lastCap int) error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	for c := 0; c <= lastCap; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear inheritable capabilities: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
+}
+
+// lastCapability is the highest capability number this kernel knows.
+func lastCapability() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("read the last capability: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 || n > 63 {
+		return 0, fmt.Errorf("read the last capability: %q", b)
+	}
+	return n, nil
 }
 
 // pathOf returns the PATH in env, as the container will see it.

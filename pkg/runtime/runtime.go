@@ -94,6 +94,21 @@ type MultiContainer interface {
 	MultiContainer() bool
 }
 
+// RootRefuser is implemented by handlers that refuse to run a container as
+// uid 0 (process): a caller that builds specs can refuse such a container
+// earlier, naming the field of the user's spec that made it root.
+type RootRefuser interface {
+	RefusesRoot() bool
+}
+
+// Unisolated is implemented by handlers that do not isolate their
+// containers from the host (process). Unisolated says so, and what they
+// lack, in a sentence for operators: the RuntimeClass registered for the
+// handler carries it.
+type Unisolated interface {
+	Unisolated() string
+}
+
 // validID is what runc accepts as a container id, starting with a letter or
 // digit so that it never reads as a flag or a hidden file.
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]{0,253}$`)

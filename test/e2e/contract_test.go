@@ -45,11 +45,10 @@ var (
 	infoWorkingDir = "/tmp"
 )
 
-// ctDefaultCapabilities is the capability set of containerd and Docker
-// (CHOWN, DAC_OVERRIDE, FSETID, FOWNER, MKNOD, NET_RAW, SETGID, SETUID,
-// SETFCAP, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, KILL, AUDIT_WRITE): a
-// container's effective set must not exceed it.
-const ctDefaultCapabilities = 0x00000000a80425fb
+// ctDefaultCapabilities is knbox's default capability set, NET_BIND_SERVICE
+// alone (the "restricted" Pod Security profile's effect): a container's
+// bounding and effective sets must not exceed it.
+const ctDefaultCapabilities = 0x0000000000000400
 
 // roStartup is the ro Service's shell script: what it prints lands in the
 // logs, where the hardening checks read it.

@@ -12,6 +12,7 @@
 //	                   /concurrency and /healthz are not counted
 //	/sleep?ms=N        answers after N ms (at most 60000)
 //	/stream?n=N        writes N chunks 100ms apart, flushing each (at most 600)
+//	/bytes?n=N         answers N bytes (default 13, at most 16 MiB) with their Content-Length
 //	/exit?code=N&msg=M writes M to /dev/termination-log if it exists, answers, exits with N
 //	/alloc?mb=N        allocates and touches N MiB more and keeps them (to hit memory limits)
 //	/log?msg=M         writes M to stdout, stderr and the syslog socket /dev/log
@@ -63,6 +64,7 @@ var DefaultFiles = []string{
 const (
 	maxSleep       = 60 * time.Second
 	maxChunks      = 600
+	maxBytes       = 16 << 20
 	chunkInterval  = 100 * time.Millisecond
 	maxAllocMiB    = 64 << 10
 	shutdownBudget = 10 * time.Second
@@ -235,6 +237,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/concurrency", s.concurrency)
 	mux.HandleFunc("/sleep", s.sleep)
 	mux.HandleFunc("/stream", s.stream)
+	mux.HandleFunc("/bytes", sized)
 	mux.HandleFunc("/exit", s.exit)
 	mux.HandleFunc("/alloc", s.allocate)
 	mux.HandleFunc("/log", s.logMsg)
@@ -541,6 +544,28 @@ func (s *server) sleep(w http.ResponseWriter, r *http.Request) {
 	case <-t.C:
 		fmt.Fprintf(w, "slept %dms\n", d.Milliseconds())
 	case <-r.Context().Done():
+	}
+}
+
+// filler is what /bytes answers, a slice of it.
+var filler = []byte(strings.Repeat("x", 64<<10))
+
+// sized answers ?n= bytes (default 13, at most maxBytes) with their
+// Content-Length: the data-plane benchmark's fixed-size responses.
+func sized(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 13)
+	if !ok {
+		return
+	}
+	n = min(n, maxBytes)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(n))
+	for n > 0 {
+		k := min(n, len(filler))
+		if _, err := w.Write(filler[:k]); err != nil {
+			return
+		}
+		n -= k
 	}
 }
 

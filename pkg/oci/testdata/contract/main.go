@@ -214,6 +214,20 @@ func main() {
 	r.Syscalls["bpf"] = errString(errnoOrNil(e))
 	_, _, e = unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)
 	r.Syscalls["userfaultfd"] = errString(errnoOrNil(e))
+	// The profile is an allow list: a harmless call nobody listed fails too.
+	_, _, e = unix.Syscall(unix.SYS_SYSFS, 3 /* the number of file system types */, 0, 0)
+	r.Syscalls["sysfs"] = errString(errnoOrNil(e))
+	_, _, e = unix.Syscall(unix.SYS_PERSONALITY, 0xffffffff /* query */, 0, 0)
+	r.Syscalls["personality(query)"] = errString(errnoOrNil(e))
+	_, _, e = unix.Syscall(unix.SYS_PERSONALITY, 0x0040000 /* ADDR_NO_RANDOMIZE */, 0, 0)
+	r.Syscalls["personality(ADDR_NO_RANDOMIZE)"] = errString(errnoOrNil(e))
+	if fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0); err != nil {
+		r.Syscalls["socket(AF_VSOCK)"] = errString(err)
+	} else {
+		unix.Close(fd)
+		r.Syscalls["socket(AF_VSOCK)"] = ""
+	}
+	r.Syscalls["chroot"] = errString(unix.Chroot("/tmp"))
 	r.Syscalls["getpid"] = "" // a control: allowed syscalls work
 
 	for name, res := range map[string]int{"NOFILE": unix.RLIMIT_NOFILE, "CORE": unix.RLIMIT_CORE} {
