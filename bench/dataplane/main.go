@@ -1,5 +1,10 @@
 // Command dataplane measures knbox's data plane on this machine, in one run:
 //
+//   - proxies: knbox's router next to the proxies it is compared with
+//     (nginx, Knative's queue-proxy, a plain httputil.ReverseProxy) and no
+//     proxy at all, each in front of the same upstream in a private network
+//     namespace, measured with wrk in interleaved rounds: CPU per request,
+//     latency at one client, throughput of 64 KiB responses;
 //   - cold start: a request to a Revision at zero scale, to the first byte
 //     of its response, for each OCI runtime asked for (runc and runsc by
 //     default), next to starting the same program as a plain host process;
@@ -12,9 +17,12 @@
 // table per measurement with the ratio against its baseline. All traffic
 // goes to 127.0.0.1; every loop is bounded in count and in time.
 //
-// Run (as root, with runc and runsc installed):
+// Run (as root, with runc and runsc installed; the proxy table needs wrk
+// and nginx: apt-get install wrk nginx, and the Go module proxy to build
+// Knative's queue-proxy):
 //
-//	go run ./bench/dataplane [-runtime runc,runsc] [-n 20] [-requests 2000] [-clients 4]
+//	go run ./bench/dataplane [-tables proxies,warm,cold] [-rounds 3] [-duration 5s]
+//	    [-runtime runc,runsc] [-n 20] [-requests 2000] [-clients 4]
 package main
 
 import (
@@ -72,6 +80,11 @@ const (
 )
 
 type options struct {
+	tables   map[string]bool // proxies, warm, cold
+	rounds   int             // of the proxy table
+	duration time.Duration   // of one wrk run
+	wrk      string
+	nginx    string
 	runtimes []string
 	n        int // cold starts per runtime
 	requests int // warm requests per row
@@ -84,6 +97,15 @@ type options struct {
 }
 
 func main() {
+	// The proxy table runs this program as one of the proxies it measures.
+	serve := flag.String("serve", "", "internal: serve as a proxy (router or reverseproxy) and nothing else")
+	listen := flag.String("listen", "", "internal: with -serve, the address to listen on")
+	upstream := flag.String("upstream", "", "internal: with -serve, the upstream's address")
+	tables := flag.String("tables", "proxies,warm,cold", "tables to measure, comma-separated: proxies, warm, cold")
+	rounds := flag.Int("rounds", 3, "interleaved rounds of the proxy table (1..20)")
+	duration := flag.Duration("duration", 5*time.Second, "length of one wrk run of the proxy table (1s..60s)")
+	wrkBin := flag.String("wrk", "wrk", "the wrk command")
+	nginxBin := flag.String("nginx", "nginx", "the nginx command")
 	rts := flag.String("runtime", "runc,runsc", "RuntimeClasses to measure, comma-separated (runc, runsc, crun, process)")
 	n := flag.Int("n", 20, "cold starts per runtime (1..100)")
 	requests := flag.Int("requests", 2000, "warm requests per row (100..20000)")
@@ -91,7 +113,24 @@ func main() {
 	timeout := flag.Duration("timeout", 20*time.Minute, "bound on the whole run")
 	coldMethod := flag.String("cold", "idle", `how revisions get to zero: "idle" (no traffic for the stable window + grace period) or "initial-scale" (initial-scale "0")`)
 	flag.Parse()
-	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod}
+	if *serve != "" {
+		if err := serveProxy(*serve, *listen, *upstream); err != nil {
+			fmt.Fprintln(os.Stderr, "dataplane -serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod,
+		tables: map[string]bool{}, rounds: *rounds, duration: *duration, wrk: *wrkBin, nginx: *nginxBin}
+	for _, t := range strings.Split(*tables, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "proxies", "warm", "cold":
+			o.tables[t] = true
+		case "":
+		default:
+			fail("-tables: unknown table " + t)
+		}
+	}
 	for _, r := range strings.Split(*rts, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			o.runtimes = append(o.runtimes, r)
@@ -110,9 +149,15 @@ func main() {
 		fail("-timeout must be within (0, 2h]")
 	case o.coldMethod != "idle" && o.coldMethod != "initial-scale":
 		fail(`-cold must be "idle" or "initial-scale"`)
+	case o.rounds < 1 || o.rounds > 20:
+		fail("-rounds must be within 1..20")
+	case o.duration < time.Second || o.duration > time.Minute:
+		fail("-duration must be within 1s..60s")
+	case len(o.tables) == 0:
+		fail("-tables names no table")
 	}
 	if os.Geteuid() != 0 {
-		fail("knbox serve runs containers: run as root")
+		fail("knbox serve runs containers and the proxies run in a network namespace: run as root")
 	}
 
 	// imagetest wants a testing.TB; a benchmark's B works outside go test
@@ -149,6 +194,7 @@ func logf(format string, args ...any) {
 
 // report is what the run measured.
 type report struct {
+	proxies    *proxyReport
 	coldMethod string
 	cold       []row // baseline first
 	warmNote   string
@@ -190,6 +236,9 @@ func ratio(a, b float64) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
 
 func (r *report) print(w io.Writer) {
+	if r.proxies != nil {
+		r.proxies.print(w)
+	}
 	if len(r.cold) > 0 {
 		fmt.Fprintf(w, "\nCold start: GET %s at zero scale, request sent -> first response byte\n%s\n\n", path, r.coldMethod)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -242,16 +291,26 @@ func run(b *testing.B, o options) (*report, error) {
 	defer cancelT()
 
 	e := &env{o: o, dir: b.TempDir()}
-	logf("building knbox and runtime-info")
+	logf("building runtime-info")
+	e.appBin = filepath.Join(e.dir, "runtime-info")
+	if err := os.WriteFile(e.appBin, imagetest.BuildGo(b, runtimeInfoPkg), 0o755); err != nil {
+		return nil, err
+	}
+	rep := &report{}
+	if o.tables["proxies"] {
+		if err := e.proxies(ctx, rep); err != nil {
+			return rep, fmt.Errorf("proxies: %w", err)
+		}
+	}
+	if !o.tables["warm"] && !o.tables["cold"] {
+		return rep, nil
+	}
+	logf("building knbox")
 	e.knbox = filepath.Join(e.dir, "knbox")
 	build := exec.CommandContext(ctx, "go", "build", "-o", e.knbox, "github.com/knbox/knbox/cmd/knbox")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build knbox: %w", err)
-	}
-	e.appBin = filepath.Join(e.dir, "runtime-info")
-	if err := os.WriteFile(e.appBin, imagetest.BuildGo(b, runtimeInfoPkg), 0o755); err != nil {
-		return nil, err
+		return rep, fmt.Errorf("build knbox: %w", err)
 	}
 	reg := imagetest.StartRegistry(b)
 	imagetest.PushGoImage(b, reg, "runtime-info:v1", runtimeInfoPkg, image.Config{})
@@ -259,18 +318,21 @@ func run(b *testing.B, o options) (*report, error) {
 
 	stop, err := e.startKnbox(ctx)
 	if err != nil {
-		return nil, err
+		return rep, err
 	}
 	defer stop()
 	if err := e.waitRuntimeClasses(ctx); err != nil {
-		return nil, err
+		return rep, err
 	}
-	rep := &report{}
-	if err := e.warm(ctx, rep); err != nil {
-		return rep, fmt.Errorf("warm requests: %w", err)
+	if o.tables["warm"] {
+		if err := e.warm(ctx, rep); err != nil {
+			return rep, fmt.Errorf("warm requests: %w", err)
+		}
 	}
-	if err := e.cold(ctx, rep); err != nil {
-		return rep, fmt.Errorf("cold starts: %w", err)
+	if o.tables["cold"] {
+		if err := e.cold(ctx, rep); err != nil {
+			return rep, fmt.Errorf("cold starts: %w", err)
+		}
 	}
 	return rep, nil
 }

@@ -13,6 +13,35 @@
 // instances come through the [Instances] interface, samples leave through
 // the hooks in [Options].
 //
+// # Request path
+//
+// [Server] serves a Router on plain TCP listeners. The common HTTP/1.1
+// request takes the fast path: the connection's one goroutine parses the
+// request head itself, routes and admits it, writes it to a pooled
+// connection of the instance in one write (with its body when the body
+// came with the head), reads the response head, and writes head and body
+// to the client; bodies of known length are spliced from socket to socket,
+// chunked ones decoded and chunked again (chunk extensions dropped,
+// trailers kept). Its parser is stricter than net/http's, as RFC 9112 §11
+// asks of a proxy: lines end with CRLF, a request with both Content-Length
+// and Transfer-Encoding, with more than one Content-Length or
+// Transfer-Encoding, or with obsolete line folding gets 400, an unknown
+// transfer coding 501, and the connection is closed. Whatever the fast
+// path does not handle (HTTP/1.0, HTTP/2 cleartext by prior knowledge or
+// Upgrade, WebSocket and other upgrades, Expect, CONNECT, absolute or
+// asterisk targets, targets with bytes outside printable ASCII, heads over
+// 8 KiB) is handed with the bytes read so far to a net/http server that
+// runs [Router.ServeHTTP] wrapped for h2c, for the rest of the
+// connection's life. Behaviour is the same on both paths, but for what
+// the fast path forwards exactly as received: header names keep their
+// case and order, and a response without Content-Type gets none (net/http
+// would sniff one). Both add Date to a response that has none.
+//
+// A client connection waits at most Server.IdleTimeout (default 90s) for
+// a request, at most Server.ReadHeaderTimeout (default 10s) for the rest
+// of a head once its first byte came, and a request's body is read within
+// Server.ReadTimeout if it is set (knbox's limits.router keys set them).
+//
 // # Hosts
 //
 // The Host header (without its port, case-insensitive, a trailing dot
@@ -26,7 +55,8 @@
 //
 // # Headers
 //
-// Request headers are forwarded as received, Host included, except:
+// Request headers are forwarded as received, Host included (on the fast
+// path with their names' case and their order), except:
 //   - hop-by-hop headers (Connection and what it names, Keep-Alive,
 //     Proxy-Connection, Proxy-Authenticate, Proxy-Authorization, TE except
 //     "trailers", Trailer, Transfer-Encoding, Upgrade except for an upgrade
@@ -45,8 +75,8 @@
 // containerConcurrency (0: unlimited). A request that finds no instance with
 // spare capacity waits in the revision's FIFO queue; a request for a
 // revision with no ready instance is held in the same queue, and the
-// autoscaler is poked (Options.Poke) and the runtime asked for an instance
-// (Instances.Activate) at once, then again every second while requests are
+// autoscaler is poked (Options.Poke: the router has no other say in a
+// revision's scale) at once, then again every second while requests are
 // held. Waiting requests are sent the moment capacity frees up or an
 // instance becomes ready (Instances.Subscribe). Among ready instances with
 // spare capacity the one with the fewest requests in flight is chosen, ties
@@ -83,7 +113,11 @@
 // When the connection to an instance cannot be made (the instance died or
 // is not listening), nothing has reached the container, so the request is
 // retried on another ready instance, up to three attempts in all, if the
-// request body has not been read yet. Otherwise the client gets 502 when
+// request body has not been read yet. A kept connection that the instance
+// had closed is not a failure: a request without a body and of an
+// idempotent method (GET, HEAD, OPTIONS, TRACE) is sent again on a new
+// connection, as net/http's transport does; for any other request a kept
+// connection is checked (a non-blocking peek) before it is used. Otherwise the client gets 502 when
 // the instance failed before its response started. When the instance fails
 // after the response started, the status cannot be changed: knbox aborts
 // the client's connection (HTTP/1.1) or resets the stream (HTTP/2), so the
@@ -103,24 +137,41 @@
 // activator reports them) and the number of requests that arrived in it.
 // The Prometheus collector ([Router.Collector]) exports requests by code
 // class, requests in flight and queue depth per revision. Nothing is logged
-// per request unless the logger has debug enabled.
+// per request unless the logger has debug enabled. An [Observer]
+// (Options.Observer) is told about every request once it has ended, on
+// both paths: route, revision, instance, code, body bytes, duration, queue
+// wait and whether it waited for a cold start; without one the router does
+// no work for it.
 //
 // # Bounds
 //
-// Every goroutine and buffer on the request path has an owner and a bound:
-// the router starts no goroutine per request (a timer callback per request
-// runs only when a timeout fires); net/http's ReverseProxy owns two copy
-// goroutines per upgraded connection, which end when either side closes or
-// the request ends; an endpoint refresh runs in at most two goroutines per
-// revision at a time (one running, one pending); each endpoint owns its
-// connection pool (at most 100 idle connections, closed when the endpoint
-// is drained); response bodies are copied through 32 KiB buffers from one
-// pool, one per response being copied; response headers are limited to 1
-// MiB; waiting requests are bounded by MaxQueuedPerRevision and
-// ActivationTimeout.
+// Every goroutine and buffer on the request path has an owner and a bound.
+// On the fast path: one goroutine per client connection, which ends with
+// the connection; a second one per request whose body does not come with
+// its head, copying the body while the response is read, which ends with
+// the request; a third one only while a request waits in the queue or
+// waits more than 50ms for the instance's first byte, reading the client
+// connection to notice a client that leaves (as net/http's server does for
+// every request), which ends when the wait does. Each client connection
+// owns an 8 KiB read buffer, each instance connection in use another
+// (from one pool); a response head may grow its buffer up to 1 MiB, not
+// more; at most 5 informational responses are forwarded per request; the
+// revision's timeouts are read deadlines on the instance connection. On
+// the net/http path the router starts no goroutine per request (a timer
+// callback per request runs only when a timeout fires); net/http's
+// ReverseProxy owns two copy goroutines per upgraded connection, which end
+// when either side closes or the request ends; response bodies are copied
+// through 32 KiB buffers from one pool. An endpoint refresh runs in at
+// most two goroutines per revision at a time (one running, one pending);
+// each endpoint owns its connection pools (at most 100 idle connections
+// each, idle at most 60s, closed when the endpoint is drained); response
+// headers are limited to 1 MiB; waiting requests are bounded by
+// MaxQueuedPerRevision and ActivationTimeout.
 //
-// Clients speak HTTP/1.1, or HTTP/2 cleartext when the caller wraps the
-// Router with h2c.NewHandler (golang.org/x/net/http2/h2c). Instances get
-// HTTP/1.1, or HTTP/2 cleartext when their port is named h2c
-// ([Endpoint.H2C]).
+// Clients speak HTTP/1.1 or HTTP/2 cleartext to a [Server] (or whatever
+// a caller's http.Server speaks, with the Router as its handler, e.g. over
+// TLS). Instances get HTTP/1.1, or HTTP/2 cleartext when their port is
+// named h2c ([Endpoint.H2C]); a fast-path request to such an instance goes
+// through the net/http proxy, its answer written to the client as
+// HTTP/1.1.
 package router

@@ -13,32 +13,29 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
-
 	"github.com/knbox/knbox/pkg/routing"
 )
 
 // fakeInstances is a hand-written Instances: the runtime cannot run here.
 type fakeInstances struct {
-	mu        sync.Mutex
-	cfgs      map[revKey]RevisionConfig
-	eps       map[revKey][]Endpoint
-	subs      []func(namespace, revision string)
-	activated map[revKey]int
-	drained   []string
+	mu      sync.Mutex
+	cfgs    map[revKey]RevisionConfig
+	eps     map[revKey][]Endpoint
+	subs    []func(namespace, revision string)
+	poked   map[revKey]int
+	drained []string
 
-	activateCh chan revKey // one per Activate, dropped when full
-	drainedCh  chan string // one per Drained, dropped when full
+	pokedCh   chan revKey // one per Poke, dropped when full
+	drainedCh chan string // one per Drained, dropped when full
 }
 
 func newFakeInstances() *fakeInstances {
 	return &fakeInstances{
-		cfgs:       map[revKey]RevisionConfig{},
-		eps:        map[revKey][]Endpoint{},
-		activated:  map[revKey]int{},
-		activateCh: make(chan revKey, 100),
-		drainedCh:  make(chan string, 100),
+		cfgs:      map[revKey]RevisionConfig{},
+		eps:       map[revKey][]Endpoint{},
+		poked:     map[revKey]int{},
+		pokedCh:   make(chan revKey, 100),
+		drainedCh: make(chan string, 100),
 	}
 }
 
@@ -61,12 +58,14 @@ func (f *fakeInstances) Subscribe(fn func(ns, rev string)) {
 	f.subs = append(f.subs, fn)
 }
 
-func (f *fakeInstances) Activate(ns, rev string) {
+// poke records the router's Options.Poke (newEnv wires it), which is how
+// a revision at zero is activated.
+func (f *fakeInstances) poke(ns, rev string) {
 	f.mu.Lock()
-	f.activated[revKey{ns, rev}]++
+	f.poked[revKey{ns, rev}]++
 	f.mu.Unlock()
 	select {
-	case f.activateCh <- revKey{ns, rev}:
+	case f.pokedCh <- revKey{ns, rev}:
 	default:
 	}
 }
@@ -105,10 +104,10 @@ func (f *fakeInstances) drainedList() []string {
 	return append([]string(nil), f.drained...)
 }
 
-func (f *fakeInstances) activations(ns, rev string) int {
+func (f *fakeInstances) pokeCount(ns, rev string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.activated[revKey{ns, rev}]
+	return f.poked[revKey{ns, rev}]
 }
 
 // loopbackEndpoint dials a test server on loopback.
@@ -152,8 +151,37 @@ type env struct {
 	table  *routing.Table
 	inst   *fakeInstances
 	router *Router
-	srv    *httptest.Server
+	srv    *testServer
 	client *http.Client
+}
+
+// testServer is the router's Server on a loopback listener, shaped like
+// an httptest.Server for the tests.
+type testServer struct {
+	URL      string
+	Listener net.Listener
+	server   *Server
+	done     chan error
+}
+
+// serveRouter serves r with a Server on a new loopback port.
+func serveRouter(t testing.TB, r *Router) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{URL: "http://" + ln.Addr().String(), Listener: ln, server: &Server{Router: r}, done: make(chan error, 1)}
+	go func() { s.done <- s.server.Serve(ln) }()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close closes the server and its connections.
+func (s *testServer) Close() {
+	_ = s.server.Close()
+	<-s.done
+	s.done <- http.ErrServerClosed // Close may be called again
 }
 
 // newEnv serves a new Router; tune, if any, adjusts it before it serves.
@@ -161,6 +189,13 @@ func newEnv(t testing.TB, opts Options, tune ...func(*Router)) *env {
 	t.Helper()
 	e := &env{t: t, table: routing.NewTable(), inst: newFakeInstances()}
 	opts.Table, opts.Instances = e.table, e.inst
+	userPoke := opts.Poke
+	opts.Poke = func(ns, rev string) {
+		e.inst.poke(ns, rev)
+		if userPoke != nil {
+			userPoke(ns, rev)
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
@@ -172,8 +207,7 @@ func newEnv(t testing.TB, opts Options, tune ...func(*Router)) *env {
 		f(r)
 	}
 	e.router = r
-	e.srv = httptest.NewServer(h2c.NewHandler(r, &http2.Server{}))
-	t.Cleanup(e.srv.Close)
+	e.srv = serveRouter(t, r)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 50}, Timeout: 30 * time.Second}
 	t.Cleanup(e.client.CloseIdleConnections)
 	return e

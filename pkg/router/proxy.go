@@ -44,6 +44,9 @@ type call struct {
 	lastWrite atomic.Int64 // nanoseconds after start of the last body write
 	writing   atomic.Bool  // a body write to the client is under way
 
+	written     int64  // response body bytes written
+	traceparent string // sent to the instance, when observed
+
 	mu       sync.Mutex // guards the fields below
 	gen      int        // attempt number
 	cancel   context.CancelFunc
@@ -194,7 +197,9 @@ func (c *call) Write(p []byte) (int, error) {
 		c.status = http.StatusOK
 	}
 	if c.cfg.IdleTimeout <= 0 {
-		return c.w.Write(p)
+		n, err := c.w.Write(p)
+		c.written += int64(n)
+		return n, err
 	}
 	// A write blocked by a slow client is not the instance being silent:
 	// the silence starts when the write is done.
@@ -202,6 +207,7 @@ func (c *call) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.lastWrite.Store(int64(time.Since(c.start)))
 	c.writing.Store(false)
+	c.written += int64(n)
 	return n, err
 }
 
@@ -240,12 +246,14 @@ var _ http.Flusher = (*call)(nil)
 type trackingBody struct {
 	rc      io.ReadCloser
 	touched atomic.Bool
+	n       atomic.Int64
 }
 
 func (b *trackingBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.touched.Store(true)
+		b.n.Add(int64(n))
 	}
 	return n, err
 }
@@ -263,6 +271,9 @@ func (roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := callOf(req.Context())
 	if c == nil || c.ep == nil {
 		return nil, errors.New("router: request without an instance")
+	}
+	if c.rv.r.observer != nil {
+		c.traceparent = req.Header.Get("Traceparent")
 	}
 	return c.ep.rt.RoundTrip(req)
 }
@@ -316,64 +327,56 @@ func clientIP(remoteAddr string) string {
 
 // forwarded is an RFC 7239 Forwarded element.
 func forwarded(ip, host, proto string) string {
-	var b strings.Builder
-	b.Grow(len(ip) + len(host) + 32)
-	b.WriteString("for=")
-	switch {
-	case ip == "":
-		b.WriteString("unknown")
-	case strings.IndexByte(ip, ':') >= 0:
-		b.WriteString(`"[` + ip + `]"`)
-	default:
-		b.WriteString(ip)
-	}
-	if host != "" {
-		b.WriteString(";host=")
-		writeForwardedValue(&b, host)
-	}
-	b.WriteString(";proto=")
-	b.WriteString(proto)
-	return b.String()
+	return string(appendForwarded(make([]byte, 0, len(ip)+len(host)+32), ip, []byte(host), proto))
 }
 
-// writeForwardedValue writes v as an RFC 7230 token, or as a quoted string
-// when it is not one.
-func writeForwardedValue(b *strings.Builder, v string) {
-	token := v != ""
-	for i := 0; i < len(v) && token; i++ {
-		token = isTokenChar(v[i])
+// appendForwarded appends an RFC 7239 Forwarded element.
+func appendForwarded(b []byte, ip string, host []byte, proto string) []byte {
+	b = append(b, "for="...)
+	switch {
+	case ip == "":
+		b = append(b, "unknown"...)
+	case strings.IndexByte(ip, ':') >= 0:
+		b = append(b, `"[`...)
+		b = append(b, ip...)
+		b = append(b, `]"`...)
+	default:
+		b = append(b, ip...)
 	}
-	if token {
-		b.WriteString(v)
-		return
+	if len(host) > 0 {
+		b = append(b, ";host="...)
+		b = appendForwardedValue(b, host)
 	}
-	b.WriteByte('"')
-	for i := 0; i < len(v); i++ {
-		c := v[i]
+	b = append(b, ";proto="...)
+	return append(b, proto...)
+}
+
+// appendForwardedValue appends v as an RFC 7230 token, or as a quoted
+// string when it is not one.
+func appendForwardedValue(b, v []byte) []byte {
+	if isToken(v) {
+		return append(b, v...)
+	}
+	b = append(b, '"')
+	for _, c := range v {
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c == '\t' || (c >= 0x20 && c != 0x7f):
-			b.WriteByte(c)
+			b = append(b, c)
 		default:
 			// Not allowed in a quoted string: dropped.
 		}
 	}
-	b.WriteByte('"')
-}
-
-func isTokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+	return append(b, '"')
 }
 
 // newTraceparent starts a W3C trace: version 00, a random trace id and
 // span id, flags 01 (sampled).
-func newTraceparent() string {
+func newTraceparent() string { return string(appendTraceparent(make([]byte, 0, 55))) }
+
+// appendTraceparent appends a new traceparent value.
+func appendTraceparent(dst []byte) []byte {
 	const hex = "0123456789abcdef"
 	var b [55]byte
 	copy(b[:], "00-")
@@ -396,7 +399,7 @@ func newTraceparent() string {
 	}
 	put(36, span)
 	copy(b[52:], "-01")
-	return string(b[:])
+	return append(dst, b[:]...)
 }
 
 // modifyResponse marks the response as started; it fails the attempt if a

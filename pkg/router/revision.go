@@ -31,7 +31,7 @@ const (
 	// suspectFor is how long an endpoint that refused a connection is
 	// avoided.
 	suspectFor = time.Second
-	// activateEvery spaces the repeated Poke and Activate calls.
+	// activateEvery spaces the repeated Poke calls.
 	activateEvery = time.Second
 	// forgetCheckEvery is how many idle seconds pass between the checks
 	// whether an idle revision still exists.
@@ -187,12 +187,14 @@ func (rv *revision) refresh(force bool) {
 // acquire takes a slot on an endpoint not in exclude, waiting up to wait in
 // the revision's queue. With arrive it also counts the request in (the
 // caller then calls finish exactly once, unless the error is errForgotten).
-func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive bool, wait time.Duration, maxQueue int) (*endpoint, error) {
+// onWait, if not nil, is called when the request starts to wait; cold
+// says it waited for a revision with no ready instance.
+func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive bool, wait time.Duration, maxQueue int, onWait func()) (_ *endpoint, cold bool, _ error) {
 	now := time.Now()
 	rv.mu.Lock()
 	if rv.forgotten {
 		rv.mu.Unlock()
-		return nil, errForgotten
+		return nil, false, errForgotten
 	}
 	if arrive {
 		rv.advanceLocked(now)
@@ -202,19 +204,20 @@ func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive boo
 	if ep := rv.pickLocked(exclude); ep != nil {
 		ep.inflight++
 		rv.mu.Unlock()
-		return ep, nil
+		return ep, false, nil
 	}
 	if len(exclude) > 0 && !rv.hasOtherLocked(exclude) {
 		rv.mu.Unlock()
-		return nil, errNoOther
+		return nil, false, errNoOther
 	}
 	if rv.queue.n >= maxQueue {
 		rv.mu.Unlock()
-		return nil, errQueueFull
+		return nil, false, errQueueFull
 	}
 	w := &waiter{ch: make(chan *endpoint, 1), exclude: exclude}
 	rv.queue.push(w)
-	activate := len(rv.ready) == 0 && (rv.lastActivate.IsZero() || now.Sub(rv.lastActivate) >= activateEvery)
+	cold = len(rv.ready) == 0
+	activate := cold && (rv.lastActivate.IsZero() || now.Sub(rv.lastActivate) >= activateEvery)
 	if activate {
 		rv.lastActivate = now
 	}
@@ -222,13 +225,16 @@ func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive boo
 	if activate {
 		rv.r.activate(rv.key)
 	}
+	if onWait != nil {
+		onWait()
+	}
 
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var err error
 	select {
 	case ep := <-w.ch:
-		return ep, nil
+		return ep, cold, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -239,15 +245,15 @@ func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive boo
 	if ep == nil {
 		rv.queue.remove(w)
 		rv.mu.Unlock()
-		return nil, err
+		return nil, cold, err
 	}
 	rv.mu.Unlock()
 	if err == errWaitTimeout {
 		// Handed a slot just as the wait ended: take it.
-		return ep, nil
+		return ep, cold, nil
 	}
 	rv.release(ep)
-	return nil, err
+	return nil, cold, err
 }
 
 // release gives back a slot taken by acquire (the request stays counted).
@@ -449,8 +455,9 @@ func contains(eps []*endpoint, ep *endpoint) bool {
 // connections to the instance.
 type endpoint struct {
 	Endpoint
-	rt        http.RoundTripper
+	rt        http.RoundTripper // the net/http path's
 	closeIdle func()
+	pool      *connPool // the fast path's connections; nil for h2c
 
 	// Guarded by the revision's mu.
 	inflight     int
@@ -474,6 +481,7 @@ func newEndpoint(e Endpoint) *endpoint {
 		ep.rt, ep.closeIdle = t, t.CloseIdleConnections
 		return ep
 	}
+	ep.pool = &connPool{}
 	t := &http.Transport{
 		Proxy: nil, // never a proxy from the environment
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -484,7 +492,11 @@ func newEndpoint(e Endpoint) *endpoint {
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
-	ep.rt, ep.closeIdle = t, t.CloseIdleConnections
+	ep.rt = t
+	ep.closeIdle = func() {
+		t.CloseIdleConnections()
+		ep.pool.closeIdle(true)
+	}
 	return ep
 }
 

@@ -66,11 +66,6 @@ type Instances interface {
 	// whenever a revision's endpoints change. f does not block and does not
 	// call back into Instances.
 	Subscribe(f func(namespace, revision string))
-	// Activate asks for at least one instance (scale from zero). It is
-	// called at once when a request starts waiting for a revision with no
-	// ready endpoint, and then once a second while requests wait. It must
-	// not block.
-	Activate(namespace, revision string)
 	// Drained is called once when an endpoint that is no longer in
 	// Endpoints has no requests in flight any more, so the runtime can stop
 	// it (orderly: SIGTERM, grace, SIGKILL). It must not block.
@@ -94,8 +89,9 @@ type Options struct {
 	Stats func(namespace, revision string, at time.Time, concurrency, requests float64)
 	// Poke is called when a request starts waiting for a revision with no
 	// ready instance (at once, then once a second while requests wait):
-	// this feeds autoscaler.Autoscaler.Poke. It must not block. Nil: not
-	// called.
+	// this feeds autoscaler.Autoscaler.Poke, which scales a revision from
+	// zero, and is the router's only say in a revision's scale. It must
+	// not block. Nil: not called.
 	Poke func(namespace, revision string)
 
 	// ActivationTimeout bounds how long a request waits for a slot on an
@@ -112,6 +108,10 @@ type Options struct {
 	// answered.
 	External bool
 
+	// Observer, if not nil, is told about every request once it has
+	// ended (metrics, access logs, spans).
+	Observer Observer
+
 	// Logger receives debug logs of failed requests and of draining.
 	// Nothing is logged per request unless debug is enabled. Nil: discard.
 	Logger *slog.Logger
@@ -127,6 +127,7 @@ type Router struct {
 	maxQueue int
 	external bool
 	log      *slog.Logger
+	observer Observer
 
 	hostsMu sync.Mutex // serialises rebuilds of hosts
 	hosts   atomic.Pointer[hostIndex]
@@ -162,6 +163,7 @@ func New(opts Options) (*Router, error) {
 		maxQueue: opts.MaxQueuedPerRevision,
 		external: opts.External,
 		log:      opts.Logger,
+		observer: opts.Observer,
 		revs:     map[revKey]*revision{},
 
 		suspectFor: suspectFor,
@@ -189,6 +191,10 @@ func New(opts Options) (*Router, error) {
 
 // ServeHTTP routes, admits and proxies one request.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var start time.Time
+	if r.observer != nil {
+		start = time.Now()
+	}
 	t := r.hosts.Load().lookup(req.Host)
 	if t == nil {
 		r.unknown.Add(1)
@@ -196,11 +202,13 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			r.log.DebugContext(req.Context(), "no route for host", "host", req.Host)
 		}
 		writeText(w, http.StatusNotFound, "knbox: no route for host "+quoteHost(req.Host)+"\n")
+		r.observeAnswer(req, nil, http.StatusNotFound, start)
 		return
 	}
 	name := t.pick()
 	if name == "" {
 		writeText(w, http.StatusServiceUnavailable, "knbox: route "+t.namespace+"/"+t.route+" has no traffic target\n")
+		r.observeAnswer(req, t, http.StatusServiceUnavailable, start)
 		return
 	}
 	for {
@@ -210,18 +218,26 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if !ok {
 			rv.count(http.StatusServiceUnavailable)
 			writeText(w, http.StatusServiceUnavailable, "knbox: revision "+t.namespace+"/"+name+" is not available\n")
+			r.observeAnswer(req, t, http.StatusServiceUnavailable, start)
 			return
 		}
-		if r.serve(rv, cfg, w, req) {
+		if r.serve(t, rv, cfg, w, req, start) {
 			return
 		}
 		// rv was forgotten between lookup and admission: look it up again.
 	}
 }
 
+// observeAnswer reports a request answered without admission.
+func (r *Router) observeAnswer(req *http.Request, t *target, code int, start time.Time) {
+	if r.observer != nil {
+		r.observeHTTP(req, t, nil, code, start, 0, false)
+	}
+}
+
 // serve admits req to rv and proxies it; false if rv was forgotten before
 // the request was counted.
-func (r *Router) serve(rv *revision, cfg RevisionConfig, w http.ResponseWriter, req *http.Request) bool {
+func (r *Router) serve(t *target, rv *revision, cfg RevisionConfig, w http.ResponseWriter, req *http.Request, start time.Time) bool {
 	wait := r.wait
 	if wait == 0 {
 		wait = cfg.Timeout
@@ -230,12 +246,21 @@ func (r *Router) serve(rv *revision, cfg RevisionConfig, w http.ResponseWriter, 
 		wait = DefaultActivationTimeout
 	}
 	ctx := req.Context()
-	ep, err := rv.acquire(ctx, nil, true, wait, r.maxQueue)
+	ep, cold, err := rv.acquire(ctx, nil, true, wait, r.maxQueue, nil)
 	if errors.Is(err, errForgotten) {
 		return false
 	}
 	c := &call{w: w, rv: rv, ep: ep, cfg: cfg, client: ctx}
-	defer func() { rv.finish(c.ep, c.status) }()
+	var queued time.Duration
+	if r.observer != nil {
+		queued = time.Since(start)
+	}
+	defer func() {
+		rv.finish(c.ep, c.status)
+		if r.observer != nil {
+			r.observeHTTP(req, t, c, 0, start, queued, cold)
+		}
+	}()
 	if err != nil {
 		r.admissionError(c, req, wait, err)
 		return true
@@ -257,7 +282,7 @@ func (r *Router) serve(rv *revision, cfg RevisionConfig, w http.ResponseWriter, 
 		if attempt == maxAttempts || c.body.read() {
 			break
 		}
-		ep, err := rv.acquire(ctx, tried, false, wait, r.maxQueue)
+		ep, _, err := rv.acquire(ctx, tried, false, wait, r.maxQueue, nil)
 		if errors.Is(err, errNoOther) {
 			break
 		}
@@ -348,12 +373,11 @@ func (r *Router) endpointsChanged(namespace, name string) {
 	}
 }
 
-// activate pokes the autoscaler and asks the runtime for an instance.
+// activate pokes the autoscaler: a request waits for the revision.
 func (r *Router) activate(k revKey) {
 	if r.poke != nil {
 		r.poke(k.namespace, k.name)
 	}
-	r.inst.Activate(k.namespace, k.name)
 }
 
 // drained closes an endpoint's idle connections and tells the runtime.
@@ -366,7 +390,7 @@ func (r *Router) drained(k revKey, ep *endpoint) {
 }
 
 // Run reports statistics once a second, at the turn of each wall-clock
-// second, until ctx ends. It also repeats Poke and Activate for revisions
+// second, until ctx ends. It also repeats Poke for revisions
 // whose requests still wait for a first instance, and forgets revisions
 // that are gone and idle.
 func (r *Router) Run(ctx context.Context) {

@@ -415,12 +415,12 @@ func TestScaleFromZero(t *testing.T) {
 		}()
 	}
 	select {
-	case k := <-e.inst.activateCh:
+	case k := <-e.inst.pokedCh:
 		if k != (revKey{"default", "cold-1"}) {
-			t.Errorf("activated %v", k)
+			t.Errorf("poked %v", k)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("Activate was not called")
+		t.Fatal("Poke was not called")
 	}
 	eventually(t, "requests held", func() bool { return e.queued("default", "cold-1") == n })
 	if pokes.Load() == 0 {
@@ -449,8 +449,8 @@ func TestActivationTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("status %d, want 503 (%q)", resp.StatusCode, body)
 	}
-	if e.inst.activations("default", "never-1") == 0 {
-		t.Error("Activate was not called")
+	if e.inst.pokeCount("default", "never-1") == 0 {
+		t.Error("Poke was not called")
 	}
 	if q := e.queued("default", "never-1"); q != 0 {
 		t.Errorf("%d requests still queued", q)

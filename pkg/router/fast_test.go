@@ -1,0 +1,417 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawExchange writes raw bytes to the router and reads what comes back
+// until the router closes or n responses were read.
+func (e *env) raw(t *testing.T, req string) (*bufio.Reader, net.Conn) {
+	t.Helper()
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	return bufio.NewReader(conn), conn
+}
+
+func TestFastPathRefusesSmuggling(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	var hits atomic.Int32
+	host := e.service("default", "s", "s-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+	}))
+	for name, head := range map[string]string{
+		"CL+TE":        "POST / HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"duplicate CL": "POST / HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+		"bare LF":      "GET / HTTP/1.1\nHost: " + host + "\n\n",
+		"obs-fold":     "GET / HTTP/1.1\r\nHost: " + host + "\r\nX: a\r\n b\r\n\r\n",
+	} {
+		br, _ := e.raw(t, head)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if resp.StatusCode != http.StatusBadRequest || !resp.Close {
+			t.Errorf("%s: status %d close %v, want 400 and close", name, resp.StatusCode, resp.Close)
+		}
+	}
+	br, _ := e.raw(t, "POST / HTTP/1.1\r\nHost: "+host+"\r\nTransfer-Encoding: gzip\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("unknown transfer coding: %v %v, want 501", resp, err)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d refused requests reached the instance", n)
+	}
+}
+
+func TestFastPathPipelining(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	host := e.service("default", "p", "p-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, b)
+	}))
+	br, _ := e.raw(t, "GET /one HTTP/1.1\r\nHost: "+host+"\r\n\r\n"+
+		"POST /two HTTP/1.1\r\nHost: "+host+"\r\nContent-Length: 4\r\n\r\nbody"+
+		"POST /three HTTP/1.1\r\nHost: "+host+"\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nab\r\n1\r\nc\r\n0\r\nX-T: 1\r\n\r\n"+
+		"GET /four HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")
+	for _, want := range []string{"GET /one ", "POST /two body", "POST /three abc", "GET /four "} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("want %q: %v", want, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("status %d %q, want %q", resp.StatusCode, b, want)
+		}
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after Connection: close: %v, want EOF", err)
+	}
+}
+
+func TestFastPathBodies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	host := e.service("default", "b", "b-1", RevisionConfig{Timeout: time.Minute}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if n := r.URL.Query().Get("n"); n != "" {
+			var size int
+			fmt.Sscan(n, &size)
+			if r.URL.Query().Get("chunked") == "" {
+				w.Header().Set("Content-Length", n)
+			}
+			_, _ = io.Copy(w, io.LimitReader(repeatReader('z'), int64(size)))
+			return
+		}
+		// Echo (read first: net/http's server does not interleave
+		// reading a body with writing the response).
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	}))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = bytes.NewReader(big)
+		if chunked {
+			body = io.MultiReader(bytes.NewReader(big)) // no length: sent chunked
+		}
+		resp, got := e.do(http.MethodPost, host, "/", body, nil)
+		if resp.StatusCode != 200 || got != string(big) {
+			t.Errorf("echo of 1 MiB (chunked %v): status %d, %d bytes", chunked, resp.StatusCode, len(got))
+		}
+	}
+	for _, q := range []string{"n=4194304", "n=4194304&chunked=1", "n=0"} {
+		resp, got := e.do(http.MethodGet, host, "/?"+q, nil, nil)
+		want := strings.Repeat("z", map[string]int{"n=0": 0}[q]+map[bool]int{true: 4 << 20}[q != "n=0"])
+		if resp.StatusCode != 200 || got != want {
+			t.Errorf("%s: status %d, %d bytes, want %d", q, resp.StatusCode, len(got), len(want))
+		}
+	}
+	resp, got := e.do(http.MethodHead, host, "/?n=100", nil, nil)
+	if resp.StatusCode != 200 || got != "" || resp.ContentLength != 100 {
+		t.Errorf("HEAD: status %d, body %q, length %d", resp.StatusCode, got, resp.ContentLength)
+	}
+}
+
+type repeatReader byte
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
+}
+
+func TestFastPathHandsOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	host := e.service("default", "h", "h-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %d", r.Proto, len(b))
+	}))
+	// HTTP/1.0 goes to net/http.
+	br, _ := e.raw(t, "GET / HTTP/1.0\r\nHost: "+host+"\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTP/1.0: %v %v", resp, err)
+	}
+	// A head larger than the fast path's buffer, and Expect: 100-continue.
+	resp, got := e.do(http.MethodGet, host, "/", nil, http.Header{"X-Big": {strings.Repeat("b", 16<<10)}})
+	if resp.StatusCode != 200 || got != "HTTP/1.1 0" {
+		t.Errorf("large head: %d %q", resp.StatusCode, got)
+	}
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader("12345"))
+	req.Host = host
+	req.Header.Set("Expect", "100-continue")
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "HTTP/1.1 5" {
+		t.Errorf("Expect: 100-continue: %d %q", resp.StatusCode, b)
+	}
+	if n := e.srv.server.handedOver.Load(); n != 3 {
+		t.Errorf("%d connections handed over, want 3", n)
+	}
+}
+
+// TestFastPathStaleConnection: an instance that closes kept connections
+// without saying so costs no request, with or without a body.
+func TestFastPathStaleConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	srv := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(b)+2, "ok"+string(b))
+		_ = buf.Flush()
+		conn.Close() // no Connection: close
+	})
+	host := e.service("default", "st", "st-1", RevisionConfig{}, srv)
+	for i := range 10 {
+		method, body, want := http.MethodGet, io.Reader(nil), "ok"
+		if i%2 == 1 {
+			method, body, want = http.MethodPost, strings.NewReader("x"), "okx"
+			// A POST is not sent twice: the kept connection is checked
+			// first. Wait until the instance's close has arrived (else
+			// the POST races it, as with any proxy).
+			eventually(t, "the kept connections closed by the instance", func() bool { return e.keptAlive("default", "st-1") == 0 })
+		}
+		resp, got := e.do(method, host, "/", body, nil)
+		if resp.StatusCode != 200 || got != want {
+			t.Fatalf("request %d (%s): %d %q", i, method, resp.StatusCode, got)
+		}
+	}
+}
+
+func TestFastPathClientGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	g := newGate(t)
+	cancelled := make(chan struct{}, 10)
+	srv := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-g.ch:
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		}
+	})
+	host := e.service("default", "g", "g-1", RevisionConfig{ContainerConcurrency: 1}, srv)
+	// One at the instance, one queued; both clients leave.
+	var conns []net.Conn
+	for range 2 {
+		_, conn := e.raw(t, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		conns = append(conns, conn)
+		if len(conns) == 1 {
+			eventually(t, "one request at the instance", func() bool { return e.inflight("default", "g-1") == 1+1<<16 })
+		}
+	}
+	eventually(t, "one request queued", func() bool { return e.queued("default", "g-1") == 1 })
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, "the queue emptied", func() bool { return e.queued("default", "g-1") == 0 })
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the instance's request was not cancelled when its client left")
+	}
+	eventually(t, "nothing in flight", func() bool { return e.inflight("default", "g-1") == 0 })
+}
+
+func TestFastPathResponseFraming(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	srv := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		switch r.URL.Path {
+		case "/eof": // no length: the body ends when the connection does
+			fmt.Fprint(buf, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+		case "/hints":
+			fmt.Fprint(buf, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		case "/nocontent":
+			fmt.Fprint(buf, "HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n")
+		case "/hop":
+			fmt.Fprint(buf, "HTTP/1.1 200 OK\r\nConnection: X-Private\r\nX-Private: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
+		case "/garbage":
+			fmt.Fprint(buf, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nok")
+		}
+		_ = buf.Flush()
+	})
+	host := e.service("default", "f", "f-1", RevisionConfig{}, srv)
+	var hints []int
+	for _, tc := range []struct {
+		path string
+		code int
+		body string
+	}{
+		{"/eof", 200, "until the end"},
+		{"/hints", 200, "ok"},
+		{"/nocontent", 204, ""},
+		{"/hop", 200, "ok"},
+		{"/garbage", 502, ""},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+tc.path, nil)
+		req.Host = host
+		req = req.WithContext(withHints(req.Context(), &hints))
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || (tc.code != 502 && string(b) != tc.body) {
+			t.Errorf("%s: %d %q, want %d %q", tc.path, resp.StatusCode, b, tc.code, tc.body)
+		}
+		if tc.path == "/hop" && (resp.Header.Get("X-Private") != "" || resp.Header.Get("Keep-Alive") != "") {
+			t.Errorf("hop-by-hop headers forwarded: %v", resp.Header)
+		}
+	}
+	if len(hints) != 1 || hints[0] != 103 {
+		t.Errorf("informational responses seen by the client: %v, want [103]", hints)
+	}
+}
+
+// TestObserver: the Observer sees each request once, on both paths.
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	obs := &recorder{}
+	e := newEnv(t, Options{Observer: obs})
+	host := e.service("default", "o", "o-1", RevisionConfig{}, backend(t, named("hello")))
+	e.do(http.MethodPost, host, "/x?y", strings.NewReader("abc"), http.Header{"User-Agent": {"t/1"}})
+	e.get("unknown.example.com")
+	resp, err := h2cClient(t).Get(e.srv.URL + "/h2")
+	if err == nil {
+		resp.Body.Close()
+	}
+	got := obs.list()
+	if len(got) != 3 {
+		t.Fatalf("%d observations, want 3: %+v", len(got), got)
+	}
+	r := got[0]
+	if r.Namespace != "default" || r.Route != "o" || r.Revision != "o-1" || r.Instance != "o-1-0" || r.Code != 200 ||
+		r.Method != "POST" || r.Target != "/x?y" || r.RequestBytes != 3 || r.ResponseBytes != 5 || r.UserAgent != "t/1" ||
+		r.Traceparent == "" || r.Duration <= 0 {
+		t.Errorf("fast path: %+v", r)
+	}
+	if got[1].Code != 404 || got[1].Route != "" || got[2].Proto != "HTTP/2.0" {
+		t.Errorf("unknown host %+v / h2c %+v", got[1], got[2])
+	}
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	seen []RequestInfo
+}
+
+func (r *recorder) ObserveRequest(i *RequestInfo) {
+	r.mu.Lock()
+	r.seen = append(r.seen, *i)
+	r.mu.Unlock()
+}
+
+func (r *recorder) list() []RequestInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]RequestInfo(nil), r.seen...)
+}
+
+func TestServerShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	g := newGate(t)
+	host := e.service("default", "d", "d-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			g.wait(r.Context())
+		}
+		fmt.Fprint(w, "done")
+	}))
+	e.get(host) // leaves an idle connection
+	slow := make(chan string, 1)
+	go func() {
+		_, body := e.do(http.MethodGet, host, "/slow", nil, nil)
+		slow <- body
+	}()
+	eventually(t, "the slow request in flight", func() bool { return e.inflight("default", "d-1") > 0 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.srv.server.Shutdown(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Shutdown returned with a request in flight: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.open()
+	if body := <-slow; body != "done" {
+		t.Errorf("request in flight got %q", body)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-e.srv.done; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+	e.srv.done <- http.ErrServerClosed
+}
+
+// withHints records the informational responses the client sees.
+func withHints(ctx context.Context, codes *[]int) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+		*codes = append(*codes, code)
+		return nil
+	}})
+}
+
+// keptAlive counts a revision's kept instance connections that are still
+// open.
+func (e *env) keptAlive(ns, rev string) int {
+	rv := e.router.revision(ns, rev)
+	rv.mu.Lock()
+	var pools []*connPool
+	for _, ep := range rv.ready {
+		if ep.pool != nil {
+			pools = append(pools, ep.pool)
+		}
+	}
+	rv.mu.Unlock()
+	n := 0
+	for _, p := range pools {
+		p.mu.Lock()
+		for _, uc := range p.idle {
+			if uc.alive() {
+				n++
+			}
+		}
+		p.mu.Unlock()
+	}
+	return n
+}
