@@ -1,7 +1,9 @@
 // Command api measures knbox's API server: the cost of a write and a read
 // through the whole HTTPS + admission + store path, next to the store
-// alone (the baseline, measured in the same run), and how fast a watch
-// delivers a change. It prints one table. Run: go run ./bench/api [-n N]
+// alone (the baseline, measured in the same run), the same read by a user
+// whom RBAC authorizes (among a hundred other bindings) rather than
+// system:masters, and how fast a watch delivers a change. It prints one
+// table. Run: go run ./bench/api [-n N]
 package main
 
 import (
@@ -17,11 +19,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
+	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 	"github.com/knbox/knbox/pkg/store"
 )
@@ -100,7 +105,7 @@ func run(b *testing.B, n int) []result {
 		return fail(err)
 	}
 
-	env := apiservertest.Start(b, "")
+	env := apiservertest.StartWith(b, apiservertest.Options{Users: map[string]admission.User{"editor": {Name: "editor"}}})
 	cfg := *env.Config
 	cfg.QPS, cfg.Burst = 1e6, 1e6
 	cl, err := servingclient.NewForConfig(&cfg)
@@ -118,6 +123,48 @@ func run(b *testing.B, n int) []result {
 		return fail(err)
 	}
 	apiGet, err := timeN(n, func(i int) error { _, err := svcs.Get(ctx, fmt.Sprintf("s%05d", i), metav1.GetOptions{}); return err })
+	if err != nil {
+		return fail(err)
+	}
+	// The same reads by a user whom RBAC authorizes: bound to edit in
+	// default among 100 other RoleBindings and 20 ClusterRoleBindings.
+	kube, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		return fail(err)
+	}
+	bind := func(i int) error {
+		user := fmt.Sprintf("user-%d", i)
+		if i < 0 {
+			user = "editor"
+		}
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "b-" + user}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+		_, err := kube.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{})
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		if err := bind(i); err != nil {
+			return fail(err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i)}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: fmt.Sprintf("group-%d", i)}}}
+		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+			return fail(err)
+		}
+	}
+	if err := bind(-1); err != nil {
+		return fail(err)
+	}
+	ecfg := *env.ConfigFor("editor")
+	ecfg.QPS, ecfg.Burst = 1e6, 1e6
+	ecl, err := servingclient.NewForConfig(&ecfg)
+	if err != nil {
+		return fail(err)
+	}
+	esvcs := ecl.ServingV1().Services("default")
+	editorGet, err := timeN(n, func(i int) error { _, err := esvcs.Get(ctx, fmt.Sprintf("s%05d", i), metav1.GetOptions{}); return err })
 	if err != nil {
 		return fail(err)
 	}
@@ -152,7 +199,8 @@ func run(b *testing.B, n int) []result {
 	return []result{
 		{"store create (baseline, fsync)", storeCreate},
 		{"API create ksvc (HTTPS+admission+store)", apiCreate},
-		{"API get ksvc", apiGet},
+		{"API get ksvc (system:masters)", apiGet},
+		{"API get ksvc (RBAC: edit, 120 bindings)", editorGet},
 		{fmt.Sprintf("API list %d ksvc", n), apiList},
 		{"create -> watch event", watchLatency},
 	}

@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/knbox/knbox/pkg/cli"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/daemon"
+	"github.com/knbox/knbox/pkg/pod"
 )
 
 func main() {
@@ -25,7 +27,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand())
+	root.AddCommand(serveCommand(), shimCommand())
 	root.AddCommand(cli.Commands()...)
 
 	if err := root.Execute(); err != nil {
@@ -36,9 +38,11 @@ func main() {
 
 func serveCommand() *cobra.Command {
 	var (
-		configPath string
-		flags      config.Config
-		debug      bool
+		configPath    string
+		flags         config.Config
+		debug         bool
+		keepInstances bool
+		handover      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,6 +66,12 @@ func serveCommand() *cobra.Command {
 			if cmd.Flags().Changed("token-auth-file") {
 				cfg.TokenAuthFile = flags.TokenAuthFile
 			}
+			if cmd.Flags().Changed("keep-instances") {
+				cfg.Restart.KeepInstances = &keepInstances
+			}
+			if cmd.Flags().Changed("handover-timeout") {
+				cfg.Restart.HandoverTimeout = handover.String()
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -79,11 +89,29 @@ func serveCommand() *cobra.Command {
 	}
 	def := config.Default()
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", "", "configuration file (YAML; see examples/knbox.yaml)")
+	f.StringVar(&configPath, "config", "", "configuration file (YAML; see docs/knbox.example.yaml)")
 	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for the store, credentials and kubeconfig")
 	f.StringVar(&flags.APIAddr, "api-addr", def.APIAddr, "address of the Kubernetes-style API (HTTPS)")
 	f.StringVar(&flags.HTTPAddr, "http-addr", def.HTTPAddr, "address of the data plane (HTTP)")
 	f.StringVar(&flags.TokenAuthFile, "token-auth-file", "", "extra bearer tokens, CSV as kube-apiserver's: token,user,uid,\"group1,group2\"")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
+	f.BoolVar(&keepInstances, "keep-instances", true, "leave instances running at exit, for the next knbox to adopt (restart.keepInstances)")
+	f.DurationVar(&handover, "handover-timeout", config.DefaultHandoverTimeout, "how long an exiting knbox keeps its listening sockets for the next one (restart.handoverTimeout)")
 	return cmd
+}
+
+// shimCommand is `knbox shim`, the per-pod process that the server starts
+// (see package pod): not for people.
+func shimCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "shim",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if code := pod.ShimMain(args); code != 0 {
+				os.Exit(code)
+			}
+			return nil
+		},
+	}
 }

@@ -216,7 +216,8 @@ func TestKubectlGetWatch(t *testing.T) {
 
 // TestBuiltinRuntimeClasses: at start knbox probes its runtime handlers and
 // registers a RuntimeClass for each that works here (runc and runsc are
-// installed on every machine this runs on; process always works).
+// installed on every machine this runs on); process, which does not
+// isolate, only when the config enables it (see TestOperatorPolicy).
 func TestBuiltinRuntimeClasses(t *testing.T) {
 	requireTool(t, "runc")
 	requireTool(t, "runsc")
@@ -224,7 +225,10 @@ func TestBuiltinRuntimeClasses(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		out := k.must("", "get", "runtimeclass", "-o", "jsonpath={range .items[*]}{.metadata.name}={.handler} {end}")
-		if strings.Contains(out, "runc=runc") && strings.Contains(out, "runsc=runsc") && strings.Contains(out, "process=process") {
+		if strings.Contains(out, "runc=runc") && strings.Contains(out, "runsc=runsc") {
+			if strings.Contains(out, "process") {
+				t.Fatalf("runtime classes %q: process is registered without being enabled", out)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

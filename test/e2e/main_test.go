@@ -84,17 +84,44 @@ func startServer(t *testing.T, dir, apiAddr string) *server {
 }
 
 // startServerWith is startServer with extra `knbox serve` arguments, e.g.
-// "--config", path.
+// "--config", path. Such a server stops its instances when it exits and
+// keeps no socket for a successor, so that a test leaves nothing behind
+// (restart_test.go starts servers that do, with startServerAt).
 func startServerWith(t *testing.T, dir, apiAddr string, extra ...string) *server {
 	t.Helper()
 	if apiAddr == "" {
 		apiAddr = freePort(t)
 	}
+	return startServerAt(t, serverOpts{dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), bin: knboxBin,
+		args: append([]string{"--keep-instances=false", "--handover-timeout=0s"}, extra...)})
+}
+
+// serverOpts say how startServerAt runs `knbox serve`.
+type serverOpts struct {
+	dir, apiAddr, httpAddr string
+	bin                    string   // the knbox binary
+	args                   []string // after serve --data-dir --api-addr --http-addr
+	// sockets, if set, are passed as systemd passes activated sockets
+	// (LISTEN_FDS, LISTEN_FDNAMES api:http).
+	sockets []*os.File
+}
+
+// startServerAt runs knbox serve as o says and waits until it answers.
+func startServerAt(t *testing.T, o serverOpts) *server {
+	t.Helper()
+	dir, apiAddr := o.dir, o.apiAddr
 	kc := filepath.Join(dir, "kubeconfig")
 	_ = os.Remove(kc)
-	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), exited: make(chan struct{})}
-	args := append([]string{"serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr}, extra...)
-	s.cmd = exec.Command(knboxBin, args...)
+	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: o.httpAddr, exited: make(chan struct{})}
+	args := append([]string{"serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr}, o.args...)
+	s.cmd = exec.Command(o.bin, args...)
+	if len(o.sockets) > 0 {
+		// As systemd does: LISTEN_PID is the pid of knbox itself, which a
+		// shell that execs it has.
+		s.cmd = exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, o.bin}, args...)...)
+		s.cmd.ExtraFiles = o.sockets
+		s.cmd.Env = append(os.Environ(), fmt.Sprintf("LISTEN_FDS=%d", len(o.sockets)), "LISTEN_FDNAMES=api:http")
+	}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
