@@ -54,6 +54,9 @@ type Options struct {
 	// DefaultPullTimeout); a pull cut by it is a failure like any other
 	// (ImagePullBackOff, retried).
 	PullTimeout time.Duration
+	// EphemeralStorage configures the measure and limits of the pods'
+	// local storage (see ephemeral.go); the zero value: the defaults.
+	EphemeralStorage EphemeralStorage
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
 	// Events receives kubelet-like events (see Event); nil: none.
@@ -97,6 +100,7 @@ type Runtime struct {
 	log       *slog.Logger
 	memory    int64
 	netnsRoot string
+	storage   EphemeralStorage // with defaults
 
 	// ctx bounds every goroutine the Runtime starts; Close cancels it.
 	ctx    context.Context
@@ -141,6 +145,16 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if r.opts.PullTimeout <= 0 {
 		r.opts.PullTimeout = DefaultPullTimeout
+	}
+	r.storage = opts.EphemeralStorage
+	if r.storage.Interval <= 0 {
+		r.storage.Interval = DefaultEphemeralStorageInterval
+	}
+	if r.storage.MaxFiles <= 0 {
+		r.storage.MaxFiles = DefaultEphemeralStorageMaxFiles
+	}
+	if r.storage.MaxDepth <= 0 {
+		r.storage.MaxDepth = DefaultEphemeralStorageMaxDepth
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
