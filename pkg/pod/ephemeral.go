@@ -90,13 +90,6 @@ type EphemeralStorage struct {
 	MaxDepth int
 }
 
-// ReasonEvicted: the pod used more local storage than its limits; it was
-// killed and starts again, as a new pod would.
-const ReasonEvicted = "Evicted"
-
-// EventEvicted is the event of an eviction.
-const EventEvicted = "Evicted"
-
 // termLogDir is the tmpfs that holds a container's termination log.
 const termLogDir = "termlog"
 

@@ -68,7 +68,8 @@ type Options struct {
 const DefaultPullTimeout = 600 * time.Second
 
 // Event is something that happened to a pod, named as the kubelet names
-// its events (Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed).
+// its events (Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
+// Evicted).
 type Event struct {
 	Pod       string
 	Container string
@@ -86,6 +87,7 @@ const (
 	EventBackOff   = "BackOff"
 	EventUnhealthy = "Unhealthy"
 	EventFailed    = "Failed"
+	EventEvicted   = "Evicted"
 )
 
 // HandlerInfo describes a handler the Runtime has.

@@ -19,7 +19,7 @@ func (m *Manager) volumes(ns string, vols []corev1.Volume) ([]pod.Volume, error)
 	out := make([]pod.Volume, 0, len(vols))
 	for _, v := range vols {
 		if v.EmptyDir != nil {
-			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true})
+			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true, Medium: v.EmptyDir.Medium, SizeLimit: v.EmptyDir.SizeLimit})
 			continue
 		}
 		files, err := m.volumeFiles(ns, v)
