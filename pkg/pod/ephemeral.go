@@ -57,6 +57,9 @@ import (
 // 4096 bytes (termlog/ in its bundle), so a write past that fails with
 // ENOSPC instead of filling the disk.
 //
+// The containers' output is not counted (the kubelet counts it): the log
+// store bounds it per instance by rotation (package logs).
+//
 // Under runsc (this gVisor, without --overlay) the sandbox's gofer writes
 // the root filesystem's changes through to the host's overlay, so the
 // upper directory is measured as under runc. With gVisor's --overlay (or
