@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,12 +61,16 @@ import (
 // The containers' output is not counted (the kubelet counts it): the log
 // store bounds it per instance by rotation (package logs).
 //
-// Under runsc (this gVisor, without --overlay) the sandbox's gofer writes
-// the root filesystem's changes through to the host's overlay, so the
-// upper directory is measured as under runc. With gVisor's --overlay (or
-// the --overlay2 of later versions with a memory medium) the writes stay
+// Under runsc (the gVisor release installed here, 20221219, whose
+// --overlay2 is off by default) the sandbox's gofer writes the root
+// filesystem's changes through to the host's overlay, so the upper
+// directory is measured as under runc (TestEphemeralStorageEviction runs
+// both). With --overlay2=root:memory in the handler's args the writes stay
 // in the sandbox's memory, bounded by its memory limit, and the upper
-// directory stays empty.
+// directory stays empty; later gVisor releases default to root:self, whose
+// filestore file is created in the root filesystem's host directory, that
+// is in the upper directory, where its allocated blocks are measured (not
+// tried here).
 
 // Defaults of EphemeralStorage.
 const (
@@ -192,7 +197,7 @@ func (p *pod) memoryVolumeSize(v Volume) int64 {
 			all = false
 			break
 		}
-		sum += q.Value()
+		sum = min(sum, math.MaxInt64-q.Value()) + q.Value() // saturating
 	}
 	if all && (size <= 0 || sum < size) {
 		size = sum

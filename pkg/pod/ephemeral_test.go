@@ -247,3 +247,48 @@ func TestEmptyDirSpecRefused(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStorageLimits: whatever limits and emptyDir a spec holds (they come
+// from the API), the runtime refuses them with a reason or derives bounded
+// limits from them, and a Memory emptyDir's tmpfs is never larger than its
+// sizeLimit or the machine.
+func FuzzStorageLimits(f *testing.F) {
+	f.Add("10Mi", "5Mi", "", int64(0))
+	f.Add("", "1Gi", "Memory", int64(8<<20))
+	f.Add("1e18", "-1", "HugePages", int64(-1))
+	f.Add("0", "0", "Memory", int64(1))
+	f.Add("9223372036854775807", "100Ei", "Memory", int64(1<<62))
+	f.Fuzz(func(t *testing.T, ctrLimit, sizeLimit, medium string, defaultLimit int64) {
+		spec := Spec{ID: "p", Containers: []corev1.Container{{Name: "app"}}}
+		if q, err := resource.ParseQuantity(ctrLimit); err == nil {
+			spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: q, corev1.ResourceMemory: q}
+		}
+		v := Volume{Name: "v", EmptyDir: true, Medium: corev1.StorageMedium(medium)}
+		if q, err := resource.ParseQuantity(sizeLimit); err == nil {
+			v.SizeLimit = &q
+		}
+		spec.Volumes = []Volume{v}
+		if err := checkEmptyDir(v); err != nil {
+			if err.Error() == "" {
+				t.Fatal("a refusal without a reason")
+			}
+			return
+		}
+		l := newStorageLimits(&spec, defaultLimit)
+		if len(l.ctrs) != 1 {
+			t.Fatalf("%d container limits", len(l.ctrs))
+		}
+		if (l.ctrs[0] != nil) != (l.pod != nil) {
+			t.Fatalf("container limit %v, pod limit %v", l.ctrs[0], l.pod)
+		}
+		const machine = 1 << 30
+		p := &pod{rt: &Runtime{memory: machine}, spec: spec}
+		size := p.memoryVolumeSize(v)
+		if size < 0 || size > machine {
+			t.Fatalf("tmpfs size %d, want within the machine's %d", size, machine)
+		}
+		if v.SizeLimit != nil && v.SizeLimit.Sign() > 0 && size > v.SizeLimit.Value() {
+			t.Fatalf("tmpfs size %d over sizeLimit %s", size, v.SizeLimit)
+		}
+	})
+}
