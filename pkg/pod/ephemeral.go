@@ -267,7 +267,7 @@ func (c *ctr) termLogPath() string { return filepath.Join(c.dir, termLogDir, "te
 // the eviction on evict when it is over a limit.
 func (p *pod) watchStorage(ctx context.Context, evict chan<- *Failure) {
 	for sleepCtx(ctx, p.rt.storage.Interval) {
-		f := p.checkStorage()
+		f := p.checkStorage(ctx)
 		if f == nil {
 			continue
 		}
@@ -282,7 +282,7 @@ func (p *pod) watchStorage(ctx context.Context, evict chan<- *Failure) {
 // checkStorage measures the pod's local storage and returns the eviction
 // when it is over a limit; nil when it is not (or could not be measured
 // for a reason of the host's, which is logged).
-func (p *pod) checkStorage() *Failure {
+func (p *pod) checkStorage(ctx context.Context) *Failure {
 	l := &p.limits
 	b := walkBounds{maxFiles: p.rt.storage.MaxFiles, maxDepth: p.rt.storage.MaxDepth}
 	evicted := func(container, msg string) *Failure {
@@ -290,6 +290,9 @@ func (p *pod) checkStorage() *Failure {
 	}
 	unmeasurable := func(what string, err error) *Failure {
 		var be *walkBoundError
+		if ctx.Err() != nil {
+			return nil // the containers are being stopped
+		}
 		if errors.As(err, &be) {
 			return evicted("", fmt.Sprintf("Pod ephemeral local storage cannot be measured: %s holds %s.", what, be))
 		}
@@ -298,7 +301,7 @@ func (p *pod) checkStorage() *Failure {
 	}
 	var total int64
 	for _, d := range l.dirs {
-		u, err := diskUsage(filepath.Join(p.dir, "volumes", strconv.Itoa(d.idx)), b)
+		u, err := diskUsage(ctx, filepath.Join(p.dir, "volumes", strconv.Itoa(d.idx)), b)
 		if err != nil {
 			if f := unmeasurable(fmt.Sprintf("emptyDir volume %q", d.name), err); f != nil {
 				return f
@@ -312,7 +315,7 @@ func (p *pod) checkStorage() *Failure {
 	}
 	used := make([]int64, len(p.ctrs))
 	for i, c := range p.ctrs {
-		u, err := diskUsage(filepath.Join(c.dir, "upper"), b)
+		u, err := diskUsage(ctx, filepath.Join(c.dir, "upper"), b)
 		if err != nil {
 			if f := unmeasurable(fmt.Sprintf("the writable layer of container %s", c.name), err); f != nil {
 				f.Container = c.name
@@ -381,7 +384,8 @@ type usage struct {
 // crossing into other file systems. It opens every directory relative to
 // its parent's descriptor without following links, so that a tree that
 // changes under it (a directory swapped for a link to /) cannot lead it out.
-func diskUsage(root string, b walkBounds) (usage, error) {
+// It stops when ctx ends.
+func diskUsage(ctx context.Context, root string, b walkBounds) (usage, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return usage{}, nil
@@ -400,13 +404,14 @@ func diskUsage(root string, b walkBounds) (usage, error) {
 	if b.maxDepth <= 0 {
 		b.maxDepth = DefaultEphemeralStorageMaxDepth
 	}
-	w := &walker{b: b, dev: st.Dev, seen: map[uint64]bool{}}
+	w := &walker{ctx: ctx, b: b, dev: st.Dev, seen: map[uint64]bool{}}
 	w.add(&st)
 	err = w.dir(fd, 1)
 	return w.u, err
 }
 
 type walker struct {
+	ctx  context.Context
 	b    walkBounds
 	dev  uint64
 	seen map[uint64]bool // inodes with more than one link, counted
@@ -429,6 +434,9 @@ func (w *walker) dir(fd, depth int) error {
 	defer f.Close()
 	for {
 		names, rerr := f.Readdirnames(256)
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
 		for _, name := range names {
 			w.u.files++
 			if w.u.files > w.b.maxFiles {

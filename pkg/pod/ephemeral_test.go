@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -137,7 +138,7 @@ func TestEphemeralStorageUnderLimit(t *testing.T) {
 		return err == nil
 	})
 	for i := 0; i < 3; i++ {
-		if f := p.checkStorage(); f != nil {
+		if f := p.checkStorage(context.Background()); f != nil {
 			t.Fatalf("evicted under the limit: %+v", f)
 		}
 	}
@@ -212,7 +213,7 @@ func TestDiskUsage(t *testing.T) {
 	if err := os.Symlink("/", filepath.Join(dir, "root")); err != nil {
 		t.Fatal(err)
 	}
-	u, err := diskUsage(dir, walkBounds{})
+	u, err := diskUsage(context.Background(), dir, walkBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,14 +223,19 @@ func TestDiskUsage(t *testing.T) {
 	if u.files != 5 {
 		t.Errorf("%d files, want 5", u.files)
 	}
-	if _, err := diskUsage(dir, walkBounds{maxFiles: 3}); err == nil || !strings.Contains(err.Error(), "more than 3 files") {
+	if _, err := diskUsage(context.Background(), dir, walkBounds{maxFiles: 3}); err == nil || !strings.Contains(err.Error(), "more than 3 files") {
 		t.Errorf("maxFiles 3: err %v", err)
 	}
-	if _, err := diskUsage(dir, walkBounds{maxDepth: 2}); err == nil || !strings.Contains(err.Error(), "more than 2 levels") {
+	if _, err := diskUsage(context.Background(), dir, walkBounds{maxDepth: 2}); err == nil || !strings.Contains(err.Error(), "more than 2 levels") {
 		t.Errorf("maxDepth 2: err %v", err)
 	}
-	if u, err := diskUsage(filepath.Join(dir, "missing"), walkBounds{}); err != nil || u.bytes != 0 {
+	if u, err := diskUsage(context.Background(), filepath.Join(dir, "missing"), walkBounds{}); err != nil || u.bytes != 0 {
 		t.Errorf("missing: %+v, %v", u, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := diskUsage(ctx, dir, walkBounds{}); err == nil {
+		t.Error("a walk with an ended context went on")
 	}
 }
 
