@@ -265,36 +265,44 @@ func (c *ctr) termLogPath() string { return filepath.Join(c.dir, termLogDir, "te
 
 // watchStorage measures the pod's local storage every interval and sends
 // the eviction on evict when it is over a limit.
-func (p *pod) watchStorage(ctx context.Context, evict chan<- *Failure) {
+func (p *pod) watchStorage(ctx context.Context, evict chan<- *eviction) {
 	for sleepCtx(ctx, p.rt.storage.Interval) {
-		f := p.checkStorage(ctx)
-		if f == nil {
+		ev := p.checkStorage(ctx)
+		if ev == nil {
 			continue
 		}
 		select {
-		case evict <- f:
+		case evict <- ev:
 		default:
 		}
 		return
 	}
 }
 
+// eviction is a pod over a limit: the failure to record, and the bytes
+// used of what was over it (what the measure found, for knbox's log; the
+// kubelet's message does not say).
+type eviction struct {
+	f    *Failure
+	used int64
+}
+
 // checkStorage measures the pod's local storage and returns the eviction
 // when it is over a limit; nil when it is not (or could not be measured
 // for a reason of the host's, which is logged).
-func (p *pod) checkStorage(ctx context.Context) *Failure {
+func (p *pod) checkStorage(ctx context.Context) *eviction {
 	l := &p.limits
 	b := walkBounds{maxFiles: p.rt.storage.MaxFiles, maxDepth: p.rt.storage.MaxDepth}
-	evicted := func(container, msg string) *Failure {
-		return &Failure{Reason: ReasonEvicted, Container: container, Message: msg, At: time.Now()}
+	evicted := func(container, msg string, used int64) *eviction {
+		return &eviction{f: &Failure{Reason: ReasonEvicted, Container: container, Message: msg, At: time.Now()}, used: used}
 	}
-	unmeasurable := func(what string, err error) *Failure {
+	unmeasurable := func(what string, err error, used int64) *eviction {
 		var be *walkBoundError
 		if ctx.Err() != nil {
 			return nil // the containers are being stopped
 		}
 		if errors.As(err, &be) {
-			return evicted("", fmt.Sprintf("Pod ephemeral local storage cannot be measured: %s holds %s.", what, be))
+			return evicted("", fmt.Sprintf("Pod ephemeral local storage cannot be measured: %s holds %s.", what, be), used)
 		}
 		p.log.Warn("measure ephemeral storage", "of", what, "err", err)
 		return nil
@@ -303,13 +311,13 @@ func (p *pod) checkStorage(ctx context.Context) *Failure {
 	for _, d := range l.dirs {
 		u, err := diskUsage(ctx, filepath.Join(p.dir, "volumes", strconv.Itoa(d.idx)), b)
 		if err != nil {
-			if f := unmeasurable(fmt.Sprintf("emptyDir volume %q", d.name), err); f != nil {
-				return f
+			if ev := unmeasurable(fmt.Sprintf("emptyDir volume %q", d.name), err, u.bytes); ev != nil {
+				return ev
 			}
 			continue
 		}
 		if d.limit != nil && u.bytes > d.limit.Value() {
-			return evicted("", fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q.", d.name, d.limit.String()))
+			return evicted("", fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q.", d.name, d.limit.String()), u.bytes)
 		}
 		total += u.bytes
 	}
@@ -317,9 +325,9 @@ func (p *pod) checkStorage(ctx context.Context) *Failure {
 	for i, c := range p.ctrs {
 		u, err := diskUsage(ctx, filepath.Join(c.dir, "upper"), b)
 		if err != nil {
-			if f := unmeasurable(fmt.Sprintf("the writable layer of container %s", c.name), err); f != nil {
-				f.Container = c.name
-				return f
+			if ev := unmeasurable(fmt.Sprintf("the writable layer of container %s", c.name), err, u.bytes); ev != nil {
+				ev.f.Container = c.name
+				return ev
 			}
 			continue
 		}
@@ -328,11 +336,11 @@ func (p *pod) checkStorage(ctx context.Context) *Failure {
 	}
 	p.log.Debug("ephemeral storage", "bytes", total)
 	if l.pod != nil && total > l.pod.Value() {
-		return evicted("", fmt.Sprintf("Pod ephemeral local storage usage exceeds the total limit of containers %s.", l.pod.String()))
+		return evicted("", fmt.Sprintf("Pod ephemeral local storage usage exceeds the total limit of containers %s.", l.pod.String()), total)
 	}
 	for i, c := range p.ctrs {
 		if lim := l.ctrs[i]; lim != nil && used[i] > lim.Value() {
-			return evicted(c.name, fmt.Sprintf("Container %s exceeded its local ephemeral storage limit %q.", c.name, lim.String()))
+			return evicted(c.name, fmt.Sprintf("Container %s exceeded its local ephemeral storage limit %q.", c.name, lim.String()), used[i])
 		}
 	}
 	return nil

@@ -138,8 +138,8 @@ func TestEphemeralStorageUnderLimit(t *testing.T) {
 		return err == nil
 	})
 	for i := 0; i < 3; i++ {
-		if f := p.checkStorage(context.Background()); f != nil {
-			t.Fatalf("evicted under the limit: %+v", f)
+		if ev := p.checkStorage(context.Background()); ev != nil {
+			t.Fatalf("evicted under the limit: %+v", ev.f)
 		}
 	}
 	if st, _ := e.rt.Status(id); st.Failures != 0 {

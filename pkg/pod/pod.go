@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/network"
@@ -659,7 +660,7 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 	}
 	pctx, pcancel := context.WithCancel(ctx)
 	restart := make(chan string, 1)
-	evict := make(chan *Failure, 1)
+	evict := make(chan *eviction, 1)
 	var pwg sync.WaitGroup
 	if p.limits.enforced() {
 		pwg.Add(1)
@@ -707,11 +708,13 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 		st := exs[p.spec.Serving].status
 		return &Failure{Reason: ReasonUnhealthy, Container: serving.name, ExitCode: st.Code, OOMKilled: st.OOMKilled,
 			Message: "liveness probe failed: " + why, At: time.Now()}, false
-	case f := <-evict:
+	case ev := <-evict:
 		stopProbes()
-		p.log.Warn("evicted: killing the containers", "message", f.Message)
+		f := ev.f
+		used := resource.NewQuantity(ev.used, resource.BinarySI).String()
+		p.log.Warn("evicted: killing the containers", "message", f.Message, "usedBytes", ev.used)
 		p.rt.event(Event{Pod: p.spec.ID, Container: f.Container, Reason: EventEvicted, Warning: true, Message: f.Message})
-		p.mon.log("knbox: evicted: " + f.Message)
+		p.mon.log("knbox: evicted: " + f.Message + " (measured: " + used + ")")
 		p.terminate(ctx, exs, 0) // the kubelet's grace period for local storage
 		if ctx.Err() != nil {
 			return nil, true
