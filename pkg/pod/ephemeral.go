@@ -58,6 +58,13 @@ import (
 // 4096 bytes (termlog/ in its bundle), so a write past that fails with
 // ENOSPC instead of filling the disk.
 //
+// As the kubelet's, the bound is a measure, not a quota: between two
+// measures a container writes at the disk's speed (a dd of 1 GiB under a
+// 10Mi limit was measured at 1 GiB when evicted, at the default 10s, under
+// runc and runsc alike). The space comes back at the eviction (the
+// writable layer is removed); a shorter Interval tightens the bound at the
+// price of more walks.
+//
 // The containers' output is not counted (the kubelet counts it): the log
 // store bounds it per instance by rotation (package logs).
 //
