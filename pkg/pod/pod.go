@@ -768,6 +768,10 @@ func (p *pod) setReady(ready bool) {
 // terminationLog is what the container wrote to /dev/termination-log.
 func (c *ctr) terminationLog() string {
 	f, err := os.Open(c.termLogPath())
+	if errors.Is(err, os.ErrNotExist) {
+		// A container adopted from a knbox before termlog/ (Recover).
+		f, err = os.Open(filepath.Join(c.dir, "termination-log"))
+	}
 	if err != nil {
 		return ""
 	}
