@@ -207,9 +207,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if obs != nil {
-		obs.info = requestInfoFrom(r.Context())
-	}
 	switch r.URL.Path {
 	case "/healthz", "/livez", "/readyz":
 		s.serveHealth(w, r)
