@@ -227,7 +227,10 @@ func readSmall(path string) ([]byte, error) {
 // not one).
 func parseUint(b []byte) (uint64, bool) {
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
-	return n, err == nil
+	if err != nil {
+		return 0, false // out of range: ParseUint's answer is the maximum
+	}
+	return n, true
 }
 
 // parseFlatKeyed finds key in a cgroup flat-keyed file ("key value" per
