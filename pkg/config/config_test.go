@@ -64,7 +64,7 @@ func TestDefaults(t *testing.T) {
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
 		},
-		Observability: Observability{QueueLength: DefaultObserverQueueLength},
+		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)

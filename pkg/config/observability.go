@@ -29,6 +29,10 @@ type Observability struct {
 	// QueueLength bounds the finished requests waiting to be counted and
 	// logged; 0 means DefaultObserverQueueLength.
 	QueueLength int `json:"queueLength,omitempty"`
+	// LogFormat is the format of knbox's own log on standard error: "text"
+	// (default, slog's key=value) or "json" (one JSON object per line).
+	// Flag --log-format.
+	LogFormat string `json:"logFormat,omitempty"`
 }
 
 // AccessLog configures the access log.
@@ -44,6 +48,9 @@ func (o *Observability) applyDefaults() {
 	if o.QueueLength == 0 {
 		o.QueueLength = DefaultObserverQueueLength
 	}
+	if o.LogFormat == "" {
+		o.LogFormat = "text"
+	}
 }
 
 func (o *Observability) validate() error {
@@ -54,6 +61,9 @@ func (o *Observability) validate() error {
 	}
 	if o.QueueLength < 1 || o.QueueLength > maxObserverQueueLength {
 		return fmt.Errorf("observability.queueLength: must be between 1 and %d, was %d", maxObserverQueueLength, o.QueueLength)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return fmt.Errorf("observability.logFormat: %q is not text or json", o.LogFormat)
 	}
 	if p := o.AccessLog.Path; p != "" && !filepath.IsAbs(p) {
 		return fmt.Errorf("observability.accessLog.path: %q must be an absolute path", p)

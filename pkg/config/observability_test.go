@@ -8,11 +8,11 @@ import (
 
 func TestObservability(t *testing.T) {
 	t.Parallel()
-	if got := Default().Observability; !reflect.DeepEqual(got, Observability{QueueLength: DefaultObserverQueueLength}) {
+	if got := Default().Observability; !reflect.DeepEqual(got, Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"}) {
 		t.Errorf("default %+v", got)
 	}
-	c := mustParse(t, "observability:\n  metricsAddr: 127.0.0.1:9090\n  queueLength: 16\n  accessLog:\n    enabled: true\n    path: /tmp/access.log\n")
-	want := Observability{MetricsAddr: "127.0.0.1:9090", QueueLength: 16, AccessLog: AccessLog{Enabled: true, Path: "/tmp/access.log"}}
+	c := mustParse(t, "observability:\n  logFormat: json\n  metricsAddr: 127.0.0.1:9090\n  queueLength: 16\n  accessLog:\n    enabled: true\n    path: /tmp/access.log\n")
+	want := Observability{MetricsAddr: "127.0.0.1:9090", QueueLength: 16, LogFormat: "json", AccessLog: AccessLog{Enabled: true, Path: "/tmp/access.log"}}
 	if !reflect.DeepEqual(c.Observability, want) {
 		t.Errorf("parsed %+v, want %+v", c.Observability, want)
 	}
@@ -22,6 +22,7 @@ func TestObservability(t *testing.T) {
 		{"observability:\n  queueLength: 100000000\n", "observability.queueLength"},
 		{"observability:\n  accessLog:\n    path: access.log\n", "observability.accessLog.path"},
 		{"observability:\n  bogus: 1\n", "bogus"},
+		{"observability:\n  logFormat: xml\n", "observability.logFormat"},
 	} {
 		if _, err := parse([]byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err = %v, want one naming %s", tt.yaml, err, tt.want)

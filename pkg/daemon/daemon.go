@@ -390,7 +390,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		go func() { errc <- dataTLS.ServeTLS(tlsLn, "", "") }()
 	}
 	var metricsSrv *http.Server
-	if ln := socks.Listener("metrics"); ln != nil {
+	metricsLn := socks.Listener("metrics")
+	if metricsLn == nil && cfg.Observability.MetricsAddr != "" {
+		// systemd passed the other sockets but not this one.
+		if metricsLn, err = net.Listen("tcp", cfg.Observability.MetricsAddr); err != nil {
+			return fmt.Errorf("observability.metricsAddr: %w", err)
+		}
+	}
+	if ln := metricsLn; ln != nil {
 		metricsSrv = metricsServer(mtr)
 		go func() { errc <- metricsSrv.Serve(ln) }()
 		log.Info("serving /metrics without authentication", "addr", ln.Addr().String())

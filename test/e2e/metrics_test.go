@@ -24,7 +24,7 @@ import (
 // Prometheus would: with the admin token on the API address (200, Knative's
 // names and labels, the counts of the requests sent), with a token RBAC
 // does not grant /metrics (403), and on the plain --metrics-addr; the
-// access log has one JSON line per request.
+// access log has one JSON line per request; knbox's own log is JSON.
 func TestMetricsAndAccessLog(t *testing.T) {
 	requireTool(t, "runc")
 	dir := t.TempDir()
@@ -40,7 +40,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServerWith(t, dir, "", "--config", cfgPath, "--token-auth-file", tokens, "--metrics-addr", metricsAddr)
+	srv := startServerWith(t, dir, "", "--config", cfgPath, "--token-auth-file", tokens, "--metrics-addr", metricsAddr, "--log-format", "json")
 	k := &kubectlEnv{t: t, bin: requireTool(t, "kubectl"), srv: srv,
 		env: []string{"KUBECONFIG=" + filepath.Join(dir, "kubeconfig"), "HOME=" + t.TempDir()}}
 
@@ -216,6 +216,10 @@ func TestMetricsAndAccessLog(t *testing.T) {
 			l.Path != fmt.Sprintf("/?req=%d", i) {
 			t.Errorf("access log line %d: %+v", i, l)
 		}
+	}
+	// knbox's own log is JSON too, with --log-format json.
+	if !strings.Contains(srv.logs(), `"msg":"knbox serving"`) {
+		t.Error(`no {"msg":"knbox serving"} in knbox's log`)
 	}
 	if fi, err := os.Stat(accessLog); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("access log %v mode %v, want 0600", err, fi.Mode().Perm())
