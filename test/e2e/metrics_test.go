@@ -46,7 +46,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 
 	reg := imagetest.StartRegistry(t)
 	imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{})
-	k.must(fmt.Sprintf("apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: hello\nspec:\n  template:\n    spec:\n      containers:\n      - image: %s/runtime-info:v1\n", reg), "apply", "-f", "-")
+	k.must(fmt.Sprintf("apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: hello\nspec:\n  template:\n    metadata:\n      annotations:\n        autoscaling.knative.dev/target: \"1\"\n    spec:\n      containers:\n      - image: %s/runtime-info:v1\n", reg), "apply", "-f", "-")
 	if out, err := k.run("", "wait", "ksvc/hello", "--for=condition=Ready", "--timeout=120s"); err != nil {
 		t.Fatalf("service not ready: %v\n%s", err, out)
 	}
@@ -165,6 +165,43 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		t.Logf("/metrics:\n%s", text)
 	}
 
+	// A scale-up shows in the autoscaler gauges: concurrent slow
+	// requests against a target of 1 in flight per instance.
+	const slow = 4
+	slowDone := make(chan error, slow)
+	for range slow {
+		go func() {
+			req, _ := http.NewRequest("GET", "http://"+srv.httpAddr+"/sleep?ms=10000", nil)
+			req.Host = host
+			resp, err := data.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			slowDone <- err
+		}()
+	}
+	scaled := false
+	deadline = time.Now().Add(20 * time.Second)
+	for !scaled && time.Now().Before(deadline) {
+		_, body := scrape(api, "https://"+srv.apiAddr+"/metrics", adminToken)
+		scaled = value(body, "autoscaler_desired_pods", rev...) >= 2 && value(body, "autoscaler_panic_request_concurrency", rev...) > 0 &&
+			value(body, "revision_queue_depth", rev...) >= 1
+		if !scaled {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if !scaled {
+		_, body := scrape(api, "https://"+srv.apiAddr+"/metrics", adminToken)
+		t.Errorf("no scale-up in the autoscaler gauges: desired %v, panic concurrency %v, queue depth %v",
+			value(body, "autoscaler_desired_pods", rev...), value(body, "autoscaler_panic_request_concurrency", rev...), value(body, "revision_queue_depth", rev...))
+	}
+	for range slow {
+		if err := <-slowDone; err != nil {
+			t.Errorf("slow request: %v", err)
+		}
+	}
+
 	// A token RBAC grants no /metrics is refused; no token is 401.
 	if code, body := scrape(api, "https://"+srv.apiAddr+"/metrics", viewerToken); code != 403 || !strings.Contains(body, `cannot get path \"/metrics\"`) {
 		t.Errorf("viewer GET /metrics: %d %s", code, body)
@@ -173,7 +210,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		t.Errorf("anonymous GET /metrics: %d", code)
 	}
 	// The plain address serves the same registry without a token.
-	if code, body := scrape(data, "http://"+metricsAddr+"/metrics", ""); code != 200 || value(body, "revision_request_count", ok200...) != n {
+	if code, body := scrape(data, "http://"+metricsAddr+"/metrics", ""); code != 200 || value(body, "revision_request_count", ok200...) != n+slow {
 		t.Errorf("GET http://%s/metrics: %d, revision_request_count %v", metricsAddr, code, value(body, "revision_request_count", ok200...))
 	}
 
@@ -203,15 +240,15 @@ func TestMetricsAndAccessLog(t *testing.T) {
 			}
 			lines = append(lines, l)
 		}
-		if len(lines) >= n || time.Now().After(deadline) {
+		if len(lines) >= n+slow || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(lines) != n {
-		t.Fatalf("%d access log lines, want %d", len(lines), n)
+	if len(lines) != n+slow {
+		t.Fatalf("%d access log lines, want %d", len(lines), n+slow)
 	}
-	for i, l := range lines {
+	for i, l := range lines[:n] {
 		if l.Host != host || l.Revision != "hello-00001" || l.Instance == "" || l.Status != 200 || l.Bytes <= 0 || l.Duration <= 0 ||
 			l.Path != fmt.Sprintf("/?req=%d", i) {
 			t.Errorf("access log line %d: %+v", i, l)
