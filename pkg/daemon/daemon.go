@@ -117,9 +117,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), storeOptions(cfg), handoverWait+stopTimeout)
+	// Metrics and the access log: the store, the router, the autoscaler
+	// and the pods are added once they exist.
+	accessLog, closeAccessLog, err := openAccessLog(cfg.Observability.AccessLog)
+	if err != nil {
+		return err
+	}
+	defer closeAccessLog()
+	var revLabels revisionLabels
+	mtr := metrics.New(metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength})
+	stOpts := storeOptions(cfg)
+	stOpts.ObserveCommit = mtr.ObserveStoreCommit
+	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), stOpts, handoverWait+stopTimeout)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
+	}
+	if err := mtr.AddStore(st.Watchers); err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
 	storeOpen := true
 	closeStore := func() {
@@ -156,15 +170,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Metrics and the access log: the router, the autoscaler and the pods
-	// are added once they exist.
-	accessLog, closeAccessLog, err := openAccessLog(cfg.Observability.AccessLog)
-	if err != nil {
-		return err
-	}
-	defer closeAccessLog()
-	var revLabels revisionLabels
-	mtr := metrics.New(metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength})
 	// Pod Security admission judges what the instances' policy makes of
 	// a Revision's containers (oci.Declare).
 	admitter, err := newAdmitter(cfg, serving, policy, log)

@@ -46,6 +46,9 @@ func TestDashboardQueriesServedMetrics(t *testing.T) {
 	if err := m.AddAutoscaler(func() []Scale { return []Scale{{Namespace: "n", Revision: "r"}} }); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.AddStore(func() int { return 1 }); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.AddQueues(func() []Queue { return []Queue{{Namespace: "n", Revision: "r"}} }); err != nil {
 		t.Fatal(err)
 	}

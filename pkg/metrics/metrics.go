@@ -66,6 +66,8 @@ type Metrics struct {
 	apiRequests                      *prometheus.CounterVec
 	apiLatencies                     *prometheus.HistogramVec
 
+	commits prometheus.Histogram
+
 	starts starts
 }
 
@@ -114,6 +116,10 @@ func New(o Options) *Metrics {
 		Buckets: []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
 			4, 5, 6, 8, 10, 15, 20, 30, 45, 60}},
 		[]string{"verb", "group", "version", "resource", "subresource", "scope", "component"})
+	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "knbox_store_commit_duration_seconds",
+		Help:    "Duration of the store's write transactions, fsync included (as etcd_disk_backend_commit_duration_seconds).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15)})
+	m.reg.MustRegister(m.commits)
 	m.reg.MustRegister(m.dropped, m.requests, m.latencies, m.appRequests, m.appLatencies, m.activator, m.actLat, m.coldStarts,
 		m.apiRequests, m.apiLatencies,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -211,6 +217,18 @@ func codeLabels(code int) (string, string) {
 func (m *Metrics) ObserveColdStart(namespace, revision string, d time.Duration) {
 	svc, cfg := m.labels(namespace, revision)
 	m.coldStarts.WithLabelValues(namespace, svc, cfg, revision).Observe(d.Seconds())
+}
+
+// ObserveStoreCommit records the duration of one write transaction of the
+// store.
+func (m *Metrics) ObserveStoreCommit(d time.Duration) { m.commits.Observe(d.Seconds()) }
+
+// AddStore registers knbox_store_watchers, the store's open watches, read
+// from watchers at each scrape.
+func (m *Metrics) AddStore(watchers func() int) error {
+	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "knbox_store_watchers",
+		Help: "Watches open on the store (API watches and the informers of knbox's own controllers)."},
+		func() float64 { return float64(watchers()) }))
 }
 
 // APIRequest is one API server request, with labels from bounded sets

@@ -336,6 +336,23 @@ func TestAPIRequestMetrics(t *testing.T) {
 	}
 }
 
+func TestStoreMetrics(t *testing.T) {
+	t.Parallel()
+	m := New(Options{})
+	watchers := 3
+	if err := m.AddStore(func() int { return watchers }); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveStoreCommit(3 * time.Millisecond)
+	m.ObserveStoreCommit(time.Second)
+	text := scrape(t, m)
+	for _, want := range []string{"knbox_store_watchers 3", "knbox_store_commit_duration_seconds_count 2", `knbox_store_commit_duration_seconds_bucket{le="0.004"} 1`} {
+		if !hasLine(text, want) {
+			t.Errorf("no line %s", want)
+		}
+	}
+}
+
 func FuzzParseFlatKeyed(f *testing.F) {
 	f.Add([]byte("cache 5000\ntotal_inactive_file 3000\n"), "total_inactive_file")
 	f.Add([]byte("usage_usec 1500000\n"), "usage_usec")

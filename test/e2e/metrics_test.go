@@ -97,7 +97,7 @@ func TestMetricsAndAccessLog(t *testing.T) {
 	lines:
 		for sc.Scan() {
 			line := sc.Text()
-			if !strings.HasPrefix(line, name+"{") {
+			if !strings.HasPrefix(line, name+"{") && (len(labels) > 0 || !strings.HasPrefix(line, name+" ")) {
 				continue
 			}
 			for _, l := range labels {
@@ -151,6 +151,8 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		{"apiserver_request_total", []string{`verb="POST"`, `group="serving.knative.dev"`, `resource="services"`, `code="201"`}, func(v float64) bool { return v >= 1 }},
 		{"apiserver_request_duration_seconds_count", []string{`verb="GET"`, `resource="services"`}, func(v float64) bool { return v >= 1 }},
 		{"knbox_router_requests_total", []string{`revision="hello-00001"`, `code="2xx"`}, func(v float64) bool { return v == n }},
+		{"knbox_store_commit_duration_seconds_count", nil, func(v float64) bool { return v >= 1 }},
+		{"knbox_store_watchers", nil, func(v float64) bool { return v >= 1 }}, // the controllers' informers
 	} {
 		if v := value(text, c.name, c.labels...); !c.want(v) {
 			t.Errorf("%s{%s} = %v", c.name, strings.Join(c.labels, ","), v)
