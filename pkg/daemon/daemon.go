@@ -147,6 +147,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	iopts.ObservePull = mtr.ObserveImagePull
 	images, err := image.Open(iopts)
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)

@@ -66,7 +66,9 @@ type Metrics struct {
 	apiRequests                      *prometheus.CounterVec
 	apiLatencies                     *prometheus.HistogramVec
 
-	commits prometheus.Histogram
+	commits     prometheus.Histogram
+	pullSeconds prometheus.Histogram
+	pullBytes   prometheus.Counter
 
 	starts starts
 }
@@ -119,7 +121,12 @@ func New(o Options) *Metrics {
 	m.commits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "knbox_store_commit_duration_seconds",
 		Help:    "Duration of the store's write transactions, fsync included (as etcd_disk_backend_commit_duration_seconds).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15)})
-	m.reg.MustRegister(m.commits)
+	m.pullSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "knbox_image_pull_duration_seconds",
+		Help:    "Time to fetch and unpack an image from its registry (cached images are not counted).",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)})
+	m.pullBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "knbox_image_pull_bytes_total",
+		Help: "Compressed bytes of the images fetched from registries, as their manifests list them."})
+	m.reg.MustRegister(m.commits, m.pullSeconds, m.pullBytes)
 	m.reg.MustRegister(m.dropped, m.requests, m.latencies, m.appRequests, m.appLatencies, m.activator, m.actLat, m.coldStarts,
 		m.apiRequests, m.apiLatencies,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -222,6 +229,13 @@ func (m *Metrics) ObserveColdStart(namespace, revision string, d time.Duration) 
 // ObserveStoreCommit records the duration of one write transaction of the
 // store.
 func (m *Metrics) ObserveStoreCommit(d time.Duration) { m.commits.Observe(d.Seconds()) }
+
+// ObserveImagePull records one image fetched from a registry: how long it
+// took and its compressed size.
+func (m *Metrics) ObserveImagePull(d time.Duration, bytes int64) {
+	m.pullSeconds.Observe(d.Seconds())
+	m.pullBytes.Add(float64(bytes))
+}
 
 // AddStore registers knbox_store_watchers, the store's open watches, read
 // from watchers at each scrape.

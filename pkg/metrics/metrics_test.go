@@ -336,17 +336,20 @@ func TestAPIRequestMetrics(t *testing.T) {
 	}
 }
 
-func TestStoreMetrics(t *testing.T) {
+func TestStoreAndImageMetrics(t *testing.T) {
 	t.Parallel()
 	m := New(Options{})
 	watchers := 3
 	if err := m.AddStore(func() int { return watchers }); err != nil {
 		t.Fatal(err)
 	}
+	m.ObserveImagePull(2*time.Second, 1000)
+	m.ObserveImagePull(time.Second, 500)
 	m.ObserveStoreCommit(3 * time.Millisecond)
 	m.ObserveStoreCommit(time.Second)
 	text := scrape(t, m)
-	for _, want := range []string{"knbox_store_watchers 3", "knbox_store_commit_duration_seconds_count 2", `knbox_store_commit_duration_seconds_bucket{le="0.004"} 1`} {
+	for _, want := range []string{"knbox_store_watchers 3", "knbox_store_commit_duration_seconds_count 2", `knbox_store_commit_duration_seconds_bucket{le="0.004"} 1`,
+		"knbox_image_pull_bytes_total 1500", "knbox_image_pull_duration_seconds_count 2"} {
 		if !hasLine(text, want) {
 			t.Errorf("no line %s", want)
 		}

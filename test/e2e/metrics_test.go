@@ -153,6 +153,8 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		{"knbox_router_requests_total", []string{`revision="hello-00001"`, `code="2xx"`}, func(v float64) bool { return v == n }},
 		{"knbox_store_commit_duration_seconds_count", nil, func(v float64) bool { return v >= 1 }},
 		{"knbox_store_watchers", nil, func(v float64) bool { return v >= 1 }}, // the controllers' informers
+		{"knbox_image_pull_duration_seconds_count", nil, func(v float64) bool { return v == 1 }},
+		{"knbox_image_pull_bytes_total", nil, func(v float64) bool { return v > 1000 }},
 	} {
 		if v := value(text, c.name, c.labels...); !c.want(v) {
 			t.Errorf("%s{%s} = %v", c.name, strings.Join(c.labels, ","), v)
