@@ -211,17 +211,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/healthz", "/livez", "/readyz":
 		s.serveHealth(w, r)
 		return
-	case "/metrics":
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.ServeHTTP(w, r)
-			return
-		}
 	}
 	release, ok := s.admit(w, r, userFrom(r.Context()))
 	if !ok {
 		return
 	}
 	defer release()
+	if r.URL.Path == "/metrics" && s.opts.Metrics != nil {
+		s.opts.Metrics.ServeHTTP(w, r)
+		return
+	}
 	p := strings.TrimSuffix(r.URL.Path, "/")
 	if rest, ok := strings.CutPrefix(p, "/knbox/v1/"); ok {
 		name, _, _ := strings.Cut(rest, "/")
