@@ -296,7 +296,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Scale:     scaler,
 		Informers: inputs,
 		// The API serves ServiceAccounts: their imagePullSecrets count.
-		ServiceAccounts:     true,
+		ServiceAccounts: true,
+		// Projected serviceAccountToken volumes: the API server issues the
+		// tokens in process, as kube-apiserver's TokenRequest does for the kubelet.
+		Tokens:              srv,
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),

@@ -7,7 +7,12 @@
 // RuntimeClass, each container's environment (PORT, K_SERVICE,
 // K_CONFIGURATION, K_REVISION, then envFrom, then env with valueFrom of
 // Secrets, ConfigMaps, fieldRef and resourceFieldRef resolved), its Secret,
-// ConfigMap and projected volumes read into files, its image pull secrets
+// ConfigMap and projected volumes read into files (a projected
+// serviceAccountToken source gets a token of the Revision's ServiceAccount,
+// "default" if it names none, from Options.Tokens, issued for each instance
+// and rewritten in place after 80% of its lifetime or 24 hours, as the
+// kubelet does; a refresh that fails keeps the old token and is tried again
+// in 10s), its image pull secrets
 // (its own and its ServiceAccount's), its probes defaulted (a TCP probe of
 // the port) and the serving container picked (the one with the port).
 //

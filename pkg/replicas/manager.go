@@ -23,6 +23,7 @@ import (
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 // DefaultProgressDeadline is Knative's config-deployment progress-deadline.
@@ -77,6 +78,12 @@ type Options struct {
 	// ServiceAccount to its own, as Kubernetes' ServiceAccount admission
 	// does; set it only where the API serves ServiceAccounts.
 	ServiceAccounts bool
+	// Tokens issues the ServiceAccount tokens of projected
+	// serviceAccountToken volumes (the API server, as the kubelet's
+	// TokenRequest; a local call, no HTTP); nil: a revision with such a
+	// volume cannot run. Each instance gets its own tokens, refreshed in its
+	// volume after 80% of their lifetime or 24 hours.
+	Tokens serviceaccount.TokenIssuer
 	// DefaultRuntimeClass is the RuntimeClass of revisions that name none;
 	// "" means handler DefaultHandler ("runc") directly.
 	DefaultRuntimeClass string

@@ -147,6 +147,9 @@ type instance struct {
 	stopping bool
 	exposed  bool // handed out by Endpoints since the last Drained
 	failures int  // the pod's failures already reported
+	// refresh is when the instance's ServiceAccount tokens are to be
+	// issued again (zero: it has none).
+	refresh time.Time
 
 	drainedCh chan struct{}
 	drainOnce sync.Once
@@ -202,8 +205,9 @@ func (r *revision) claim(sts []pod.Status) (claimed []string, stale []pod.Status
 		r.log.Info("instance of an earlier run adopted", "instance", st.ID, "ready", st.Ready)
 	}
 	if len(claimed) > 0 {
+		sa := serviceAccountName(&r.rev.Spec.PodSpec)
 		for _, v := range r.rev.Spec.Volumes {
-			for src := range volumeSources(v) {
+			for src := range volumeSources(sa, v) {
 				r.dirty[src] = true
 			}
 		}
@@ -310,10 +314,12 @@ func (r *revision) handlerLocked() (string, *failure) {
 }
 
 // podSpecLocked assembles instance id's pod: environment and volumes read
-// from the informers' caches, the handler resolved.
-func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
+// from the informers' caches, ServiceAccount tokens issued (refresh is when
+// to issue them again), the handler resolved. The token issuer is local (a
+// cache read and a signature), so it is called with r.mu held.
+func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh time.Time, err error) {
 	m, rev, s := r.m, r.rev, &r.spec
-	spec := pod.Spec{
+	spec = pod.Spec{
 		ID: id,
 		Labels: map[string]string{
 			LabelNamespace:   r.key.namespace,
@@ -329,9 +335,8 @@ func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
 		GracePeriod: s.timeout,
 		PullSecrets: m.pullSecrets(rev),
 	}
-	var err error
 	if spec.LogPath, err = m.opts.Logs.Path(r.key.namespace, r.key.name, id); err != nil {
-		return pod.Spec{}, err
+		return pod.Spec{}, refresh, err
 	}
 	for i := range s.containers {
 		c := s.containers[i].DeepCopy()
@@ -343,17 +348,17 @@ func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
 		env, err := m.buildEnv(rev, c, port, instanceMeta{name: id})
 		if err != nil {
 			if len(s.containers) > 1 {
-				return pod.Spec{}, configErrorf("container %s: %w", c.Name, err)
+				return pod.Spec{}, refresh, configErrorf("container %s: %w", c.Name, err)
 			}
-			return pod.Spec{}, err
+			return pod.Spec{}, refresh, err
 		}
 		c.Env, c.EnvFrom = env, nil
 		spec.Containers = append(spec.Containers, *c)
 	}
-	if spec.Volumes, err = m.volumes(r.key.namespace, rev.Spec.Volumes); err != nil {
-		return pod.Spec{}, err
+	if spec.Volumes, refresh, err = m.volumes(r.key.namespace, serviceAccountName(&rev.Spec.PodSpec), rev.Spec.Volumes); err != nil {
+		return pod.Spec{}, refresh, err
 	}
-	return spec, nil
+	return spec, refresh, nil
 }
 
 // update records the latest revision object and returns the state.
@@ -378,8 +383,9 @@ func (r *revision) reads(src string) bool {
 // again at once.
 func (r *revision) inputChanged(src string) {
 	r.mu.Lock()
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
 	for _, v := range r.rev.Spec.Volumes {
-		if volumeSources(v)[src] {
+		if volumeSources(sa, v)[src] {
 			r.dirty[src] = true
 		}
 	}
@@ -601,7 +607,7 @@ func (r *revision) reconcile() time.Duration {
 	}
 	for n := int32(len(live)); n < want && canMake; n++ {
 		id := r.newInstanceIDLocked()
-		spec, err := r.podSpecLocked(id, handler)
+		spec, refresh, err := r.podSpecLocked(id, handler)
 		if err != nil {
 			r.retries++
 			d := retryAfter(r.retries)
@@ -621,7 +627,7 @@ func (r *revision) reconcile() time.Duration {
 		if r.blocked != nil {
 			r.blocked, r.retries = nil, 0
 		}
-		in := &instance{id: id, born: time.Now(), pulling: true, drainedCh: make(chan struct{})}
+		in := &instance{id: id, born: time.Now(), pulling: true, refresh: refresh, drainedCh: make(chan struct{})}
 		r.instances[id] = in
 		toRun = append(toRun, spec)
 		changed = true
@@ -645,6 +651,11 @@ func (r *revision) reconcile() time.Duration {
 	}
 	if len(r.dirty) > 0 {
 		updates = r.volumeUpdatesLocked()
+	}
+	tokens, due := r.tokenUpdatesLocked(now)
+	updates = append(updates, tokens...)
+	if !due.IsZero() {
+		next = minPositive(next, max(due.Sub(now), time.Millisecond))
 	}
 	r.want = want
 	r.mu.Unlock()
@@ -697,18 +708,35 @@ func (r *revision) lastFailureLocked() *failure {
 
 // volumeUpdatesLocked reads the volumes whose sources changed, for every
 // instance that runs. A source that cannot be read leaves the volume as it
-// is.
+// is. A volume with a ServiceAccount token is read for each instance (each
+// has its own token), and its token is refreshed with it.
 func (r *revision) volumeUpdatesLocked() []volumeUpdate {
 	var out []volumeUpdate
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
 	for _, v := range r.rev.Spec.Volumes {
 		touched := false
-		for src := range volumeSources(v) {
+		for src := range volumeSources(sa, v) {
 			touched = touched || r.dirty[src]
 		}
 		if !touched {
 			continue
 		}
-		files, err := r.m.volumeFiles(r.key.namespace, v)
+		if hasToken(v) {
+			for id, in := range r.instances {
+				if in.stopping {
+					continue
+				}
+				files, at, err := r.m.volumeFiles(r.key.namespace, sa, v)
+				if err != nil {
+					r.log.Warn("volume not updated; it keeps its content", "instance", id, "volume", v.Name, "err", err)
+					continue
+				}
+				in.refresh = earliest(in.refresh, at)
+				out = append(out, volumeUpdate{id: id, volume: v.Name, files: files})
+			}
+			continue
+		}
+		files, _, err := r.m.volumeFiles(r.key.namespace, sa, v)
 		if err != nil {
 			r.log.Warn("volume not updated; it keeps its content", "volume", v.Name, "err", err)
 			continue
@@ -721,6 +749,44 @@ func (r *revision) volumeUpdatesLocked() []volumeUpdate {
 	}
 	clear(r.dirty)
 	return out
+}
+
+// tokenRetry is how soon a token that could not be refreshed (its
+// ServiceAccount is gone) is tried again; the volume keeps the old one
+// meanwhile, as the kubelet does.
+const tokenRetry = 10 * time.Second
+
+// tokenUpdatesLocked issues new tokens for the instances whose tokens are
+// due, and returns the volumes to rewrite and when the next instance's
+// tokens are due (zero: none has tokens).
+func (r *revision) tokenUpdatesLocked(now time.Time) (out []volumeUpdate, next time.Time) {
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
+	for id, in := range r.instances {
+		if in.stopping || in.refresh.IsZero() {
+			continue
+		}
+		if in.refresh.After(now) {
+			next = earliest(next, in.refresh)
+			continue
+		}
+		var refresh time.Time
+		for _, v := range r.rev.Spec.Volumes {
+			if !hasToken(v) {
+				continue
+			}
+			files, at, err := r.m.volumeFiles(r.key.namespace, sa, v)
+			if err != nil {
+				r.log.Warn("token not refreshed; the volume keeps the old one", "instance", id, "volume", v.Name, "err", err, "retryIn", tokenRetry)
+				refresh = earliest(refresh, now.Add(tokenRetry))
+				continue
+			}
+			refresh = earliest(refresh, at)
+			out = append(out, volumeUpdate{id: id, volume: v.Name, files: files})
+		}
+		in.refresh = refresh
+		next = earliest(next, refresh)
+	}
+	return out, next
 }
 
 func minPositive(a, b time.Duration) time.Duration {
