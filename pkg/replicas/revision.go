@@ -3,6 +3,7 @@ package replicas
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/quota"
 )
 
 // Condition reasons this package reports, besides Knative's ExitCode<N>
@@ -27,6 +29,9 @@ const (
 	ReasonUnsupportedProbe          = "UnsupportedProbe"
 	ReasonDeploying                 = "Deploying"
 	ReasonMultiContainerUnsupported = "MultiContainerUnsupported"
+	// ReasonExceededQuota: a scale-up is held because another instance
+	// would cross a ResourceQuota of the namespace.
+	ReasonExceededQuota = "ExceededQuota"
 )
 
 // defaultTimeout is Knative's default revision timeout, used when a
@@ -74,6 +79,11 @@ type State struct {
 	// autoscaler's scale, at least one until the revision was ready once,
 	// none after the progress deadline passed.
 	Want int32
+	// Held: a scale-up is held by a ResourceQuota while instances are
+	// ready (with none ready the revision is Failed with the same reason
+	// and message instead): HeldReason is ReasonExceededQuota and
+	// HeldMessage names the quota, the resources, used, requested and hard.
+	HeldReason, HeldMessage string
 }
 
 type failKind int
@@ -82,6 +92,7 @@ const (
 	failStatic   failKind = iota // the revision can never run here
 	failHandler                  // no handler for it now (its RuntimeClass may come)
 	failConfig                   // an instance's spec cannot be assembled now
+	failQuota                    // another instance would cross a quota
 	failPod                      // an instance failed (pull, start, exit)
 	failDeadline                 // not ready within the progress deadline
 )
@@ -150,6 +161,8 @@ type instance struct {
 	// refresh is when the instance's ServiceAccount tokens are to be
 	// issued again (zero: it has none).
 	refresh time.Time
+	// release gives its quota reservation back (nil: none).
+	release func()
 
 	drainedCh chan struct{}
 	drainOnce sync.Once
@@ -442,6 +455,9 @@ func (r *revision) stateLocked() State {
 			}
 		}
 	}
+	if f == nil && r.blocked != nil && r.blocked.kind == failQuota {
+		st.HeldReason, st.HeldMessage = r.blocked.reason, r.blocked.message
+	}
 	switch {
 	case f != nil:
 		st.Failed, st.Reason, st.Message, st.ResourcesFailed = true, f.reason, f.message, f.resources
@@ -624,7 +640,7 @@ func (r *revision) reconcile() time.Duration {
 			next = minPositive(next, d)
 			break
 		}
-		if r.blocked != nil {
+		if r.blocked != nil && r.blocked.kind != failQuota { // the quota is checked after
 			r.blocked, r.retries = nil, 0
 		}
 		in := &instance{id: id, born: time.Now(), pulling: true, refresh: refresh, drainedCh: make(chan struct{})}
@@ -660,9 +676,23 @@ func (r *revision) reconcile() time.Duration {
 	r.want = want
 	r.mu.Unlock()
 
-	for _, spec := range toRun {
+	for i, spec := range toRun {
+		release, ok := r.reserve(&spec, want)
+		if !ok {
+			// The rest would cross the quota too (or read it in vain).
+			r.mu.Lock()
+			for _, s := range toRun[i:] {
+				delete(r.instances, s.ID)
+			}
+			d := retryAfter(r.retries)
+			r.mu.Unlock()
+			next = minPositive(next, d)
+			r.m.notify(r.key)
+			break
+		}
 		r.m.trackPod(spec.ID, r.key)
 		if err := r.m.opts.Pods.Run(r.ctx, spec); err != nil {
+			release()
 			// The pod runtime refuses the spec: tried again with backoff.
 			r.mu.Lock()
 			delete(r.instances, spec.ID)
@@ -675,6 +705,15 @@ func (r *revision) reconcile() time.Duration {
 			r.m.untrackPod(spec.ID)
 			next = minPositive(next, d)
 			continue
+		}
+		r.mu.Lock()
+		if in := r.instances[spec.ID]; in != nil {
+			in.release = release
+			release = nil
+		}
+		r.mu.Unlock()
+		if release != nil { // stopped already
+			release()
 		}
 		r.podChanged(spec.ID) // it may have changed before it was tracked
 	}
@@ -696,6 +735,91 @@ func (r *revision) reconcile() time.Duration {
 		r.m.notify(r.key)
 	}
 	return next
+}
+
+// reserve takes the quota reservation of one more instance (spec is to
+// run with the LimitRange defaults the ledger applies), or records why the
+// scale-up to want is held and returns false. Without a ledger it admits
+// everything. Called without r.mu held: the ledger reads the store and
+// calls back (quotaChanged).
+func (r *revision) reserve(spec *pod.Spec, want int32) (release func(), ok bool) {
+	q := r.m.opts.Quota
+	if q == nil {
+		return func() {}, true
+	}
+	r.mu.Lock()
+	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	eff, release, err := q.Reserve(ctx, r.key.namespace, podSpec)
+	cancel()
+	if err != nil {
+		f := &failure{kind: failQuota, resources: true, reason: ReasonExceededQuota,
+			message: fmt.Sprintf("scale to %d held: %v", want, err)}
+		if !errors.Is(err, quota.ErrExceeded) {
+			f.kind, f.reason = failConfig, pod.ReasonCreateContainerConfig
+			f.message = fmt.Sprintf("check resource quotas: %v", err)
+		}
+		r.mu.Lock()
+		if r.blocked == nil || *r.blocked != *f {
+			r.log.Warn("scale-up held", "reason", f.reason, "message", f.message)
+		}
+		r.blocked = f
+		r.retries++
+		r.nextTry = time.Now().Add(retryAfter(r.retries))
+		r.mu.Unlock()
+		return nil, false
+	}
+	// The instance runs with the namespace's LimitRange defaults, which
+	// its reservation counts.
+	for i := range spec.Containers {
+		if i < len(eff.Containers) && eff.Containers[i].Name == spec.Containers[i].Name {
+			spec.Containers[i].Resources = eff.Containers[i].Resources
+		}
+	}
+	r.mu.Lock()
+	if r.blocked != nil && r.blocked.kind == failQuota {
+		r.blocked, r.retries = nil, 0
+	}
+	r.mu.Unlock()
+	return release, true
+}
+
+// quotaChanged retries at once a scale-up held by a quota.
+func (r *revision) quotaChanged() {
+	r.mu.Lock()
+	held := r.blocked != nil && r.blocked.kind == failQuota
+	if held {
+		r.nextTry = time.Time{}
+	}
+	r.mu.Unlock()
+	if held {
+		r.poke()
+	}
+}
+
+// trackAdopted records the quota reservations of instances adopted from an
+// earlier process (without a check: as on a cluster, a quota lowered below
+// what runs does not stop what runs). Called without locks held.
+func (r *revision) trackAdopted(ids []string) {
+	q := r.m.opts.Quota
+	if q == nil || len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	r.mu.Unlock()
+	for _, id := range ids {
+		release := q.Track(r.key.namespace, podSpec)
+		r.mu.Lock()
+		if in := r.instances[id]; in != nil && in.release == nil {
+			in.release, release = release, nil
+		}
+		r.mu.Unlock()
+		if release != nil {
+			release()
+		}
+	}
 }
 
 // lastFailureLocked is what to name as the last failure.
@@ -908,12 +1032,17 @@ func (r *revision) stop(in *instance) {
 // instanceEnded forgets a stopped instance and prunes the logs of old ones.
 func (r *revision) instanceEnded(in *instance) {
 	r.mu.Lock()
+	release := in.release
+	in.release = nil
 	delete(r.instances, in.id)
 	live := make(map[string]bool, len(r.instances))
 	for id := range r.instances {
 		live[id] = true
 	}
 	r.mu.Unlock()
+	if release != nil {
+		release()
+	}
 	r.m.untrackPod(in.id)
 	if err := r.m.opts.Logs.Prune(r.key.namespace, r.key.name, live, keptStoppedLogs); err != nil {
 		r.log.Warn("prune logs", "err", err)
