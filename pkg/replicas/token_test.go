@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"knative.dev/pkg/ptr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
@@ -121,6 +123,8 @@ func TestTokenVolumeFiles(t *testing.T) {
 }
 
 // TestTokenRefreshedInRunningInstance: a running instance's token file is
+// there (also through a subPath mount, as Knative's conformance test mounts
+// it; as on Kubernetes, such a mount keeps the file it had at the start) and
 // replaced with a new token after 80% of the old one's lifetime, in place
 // (the container is not restarted); when the ServiceAccount is gone the
 // volume keeps its last token, and it is refreshed again once it is back.
@@ -134,7 +138,12 @@ func TestTokenRefreshedInRunningInstance(t *testing.T) {
 	name := uniqueName("tok")
 	rev := newRev(t, "ns1", name, "runc", ref, func(r *servingv1.Revision) {
 		r.Spec.ServiceAccountName = "robot"
-		r.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tok", MountPath: "/var/run/secrets/tokens", ReadOnly: true}}
+		r.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+			{Name: "tok", MountPath: "/var/run/secrets/tokens", ReadOnly: true},
+			// As Knative's conformance test TestProjectedServiceAccountToken
+			// mounts it: the one file, by subPath.
+			{Name: "tok", MountPath: "/data/token", SubPath: "token", ReadOnly: true},
+		}
 		r.Spec.Volumes = []corev1.Volume{tokenVolume("token", "api", ptr.Int64(600))}
 	})
 	e.resolveAndEnsure(rev)
@@ -159,6 +168,9 @@ func TestTokenRefreshedInRunningInstance(t *testing.T) {
 	if !strings.HasSuffix(first, "-robot-api") {
 		t.Fatalf("token %q, want one for robot with audience api", first)
 	}
+	if got := string(get(t, eps[0], "/file?path=/data/token")); got != first {
+		t.Errorf("the subPath mount holds %q, want the token %q", got, first)
+	}
 	eventually(t, 30*time.Second, "the token to be refreshed", func() bool { return read() != first })
 	if got := inside(); got == first || !strings.HasSuffix(got, "-robot-api") {
 		t.Errorf("the container reads %q after the refresh (first %q)", got, first)
@@ -177,4 +189,32 @@ func TestTokenRefreshedInRunningInstance(t *testing.T) {
 	if now := getInfo(t, eps[0]).Started; !now.Equal(started) {
 		t.Errorf("the container restarted (%v, then %v): tokens must change in place", started, now)
 	}
+}
+
+// FuzzTokenPath: whatever path and lifetime a projected serviceAccountToken
+// source names (they come from the API), the token is refused or lands at a
+// clean relative path inside the volume that does not start with "..".
+func FuzzTokenPath(f *testing.F) {
+	f.Add("token", int64(3600), int32(0o644))
+	f.Add("../escape", int64(600), int32(0o600))
+	f.Add("..data", int64(0), int32(0o444))
+	f.Add("/abs", int64(-1), int32(-1))
+	f.Add("a/../../b", int64(1<<40), int32(0o7777))
+	f.Add("./a//b/", int64(601), int32(0))
+	m := &Manager{opts: Options{Tokens: &fakeIssuer{lifetime: time.Hour}}, ctx: context.Background()}
+	f.Fuzz(func(t *testing.T, p string, secs int64, mode int32) {
+		files := map[string]pod.File{}
+		_, err := m.tokenFile(files, "ns", "default", &corev1.ServiceAccountTokenProjection{Path: p, ExpirationSeconds: &secs}, &mode)
+		if err != nil {
+			return
+		}
+		for fp, file := range files {
+			if fp != path.Clean(fp) || path.IsAbs(fp) || strings.HasPrefix(fp, "..") || fp == "." {
+				t.Fatalf("token path %q became %q, which leaves the volume or names its own entries", p, fp)
+			}
+			if file.Mode&^0o777 != 0 {
+				t.Fatalf("mode %o has bits beyond the permissions", file.Mode)
+			}
+		}
+	})
 }
