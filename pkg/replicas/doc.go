@@ -40,6 +40,20 @@
 // zero. A Revision is Ready once one instance has passed its readiness
 // probe; it stays Ready when scaled to zero.
 //
+// # Quota
+//
+// With Options.Quota (the namespaces' quota ledger), every instance
+// reserves its resources before it is run, with the namespace's LimitRange
+// defaults (which it then runs with), and releases them when it has
+// stopped; instances adopted after a restart are tracked without a check.
+// A scale-up that would cross a ResourceQuota is held: the instance is not
+// made, and the state says so with reason ExceededQuota and the quota's
+// text (quota, resources, used, requested, hard): as HeldReason and
+// HeldMessage while instances are ready, as a resources failure while none
+// is. It is tried again with the backoff below, and at once when an
+// instance of the namespace stops or a ResourceQuota changes. The ledger is
+// called without the Manager's locks held.
+//
 // # Failures
 //
 // Failures are reported as Knative reports them, while no instance is
