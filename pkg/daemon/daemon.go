@@ -317,7 +317,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Scale:     scaler,
 		Informers: inputs,
 		// The API serves ServiceAccounts: their imagePullSecrets count.
-		ServiceAccounts:     true,
+		ServiceAccounts: true,
+		// Projected serviceAccountToken volumes: the API server issues the
+		// tokens in process, as kube-apiserver's TokenRequest does for the kubelet.
+		Tokens: srv,
+		// Scale-ups are held by the namespaces' ResourceQuotas, on the
+		// ledger admission checks new Revisions against.
+		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
