@@ -65,6 +65,7 @@ func TestDefaults(t *testing.T) {
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 		},
+		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -566,6 +567,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
 	f.Add("serviceAccounts:\n  issuer: https://knbox.example\n  apiAudiences: [a, b]\n  maxTokenExpirationSeconds: 86400\n")
 	f.Add("podSecurity:\n  defaults: {enforce: baseline, warn: restricted, warn-version: v1.29}\n  exemptions: {runtimeClasses: [runsc]}\nruntimeClasses:\n  defaultAllowed: [runc, runsc]\n")
+	f.Add("observability:\n  metricsAddr: 127.0.0.1:9090\n  queueLength: 10\n  accessLog: {enabled: true, path: /var/log/knbox/access.log}\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		c, err := parse([]byte(content))
 		if err != nil {
@@ -605,6 +607,7 @@ func FuzzLoad(f *testing.F) {
 			"images.maxImageBytes": int64(l.Images.MaxImageBytes), "images.maxLayers": int64(l.Images.MaxLayers),
 			"ephemeralStorage.interval": int64(l.EphemeralStorage.Interval), "ephemeralStorage.maxFiles": int64(l.EphemeralStorage.MaxFiles),
 			"ephemeralStorage.maxDepth": int64(l.EphemeralStorage.MaxDepth),
+			"observability.queueLength": int64(c.Observability.QueueLength),
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)
