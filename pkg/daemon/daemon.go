@@ -40,6 +40,7 @@ import (
 	"github.com/knbox/knbox/pkg/authz"
 	"github.com/knbox/knbox/pkg/autoscaler"
 	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
@@ -236,8 +237,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err := writePrivate(filepath.Join(cfg.DataDir, KubeconfigFile), kc); err != nil {
 		return err
 	}
+	apiHandler := srv.Handler()
+	if cc := cfg.Observability.Console; !cc.Disabled {
+		con, err := console.New(console.Options{API: apiHandler, Totals: consoleTotals(mtr), LatencyBounds: metrics.LatencyBounds(), MaxSessions: cc.MaxSessions,
+			SessionTTL: time.Duration(cc.SessionTTL), SampleInterval: time.Duration(cc.SampleInterval), Samples: cc.Samples,
+			Logger: log.With("component", "console")})
+		if err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		go con.Run(runCtx)
+		apiHandler = console.Mount(con, apiHandler)
+	}
 	api := apiListen(cfg).Apply(&http.Server{
-		Handler:   srv.Handler(),
+		Handler:   apiHandler,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})
