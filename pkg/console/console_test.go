@@ -194,7 +194,7 @@ func TestConsole(t *testing.T) {
 	}
 	mustContain(t, body, `id="traffic"`, "70%", "30%", `<span class="tag">canary</span>`, "http://canary-hello.default.localhost:8080",
 		`class="card revision" data-name="hello-00001"`, `data-name="hello-00002"`,
-		`data-series="rate" data-points="2" data-max="10"`, `data-series="instances" data-points="2" data-max="2"`, "10.0 req/s")
+		`data-series="rate" data-points="2" data-max="10"`, `data-series="instances" data-points="2" data-max="2"`, "10 req/s")
 	if strings.Index(body, `data-name="hello-00002"`) > strings.Index(body, `data-name="hello-00001"`) && strings.Contains(body, `data-name="hello-00001"`) {
 		// Both created within a second: newest by name first.
 		t.Log("revisions in order")

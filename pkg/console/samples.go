@@ -221,8 +221,8 @@ func graph(name, title, unit string, points []Point, f func(Point) float64) Grap
 
 func format(v float64) string {
 	switch {
-	case v == 0:
-		return "0"
+	case v == math.Trunc(v) && v < 1e6:
+		return strconv.FormatFloat(v, 'f', 0, 64)
 	case v < 10:
 		return fmt.Sprintf("%.2f", v)
 	case v < 100:
