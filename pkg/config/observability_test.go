@@ -36,3 +36,28 @@ func TestObservability(t *testing.T) {
 		}
 	}
 }
+
+// TestTracing: config-tracing is read with Knative's parser; a backend,
+// endpoint or sample rate knbox cannot use is refused naming the key.
+func TestTracing(t *testing.T) {
+	t.Parallel()
+	tc, err := Default().Tracing()
+	if err != nil || tc.Backend != "none" {
+		t.Fatalf("default tracing %+v, %v", tc, err)
+	}
+	c := mustParse(t, "configMaps:\n  config-tracing:\n    backend: zipkin\n    zipkin-endpoint: http://127.0.0.1:9411/api/v2/spans\n    sample-rate: \"0.5\"\n")
+	if tc, err := c.Tracing(); err != nil || tc.Backend != "zipkin" || tc.SampleRate != 0.5 || tc.ZipkinEndpoint != "http://127.0.0.1:9411/api/v2/spans" {
+		t.Fatalf("tracing %+v, %v", tc, err)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"configMaps:\n  config-tracing:\n    backend: jaeger\n", "config-tracing"},
+		{"configMaps:\n  config-tracing:\n    backend: zipkin\n", "config-tracing: zipkin tracing enabled without a zipkin endpoint"},
+		{"configMaps:\n  config-tracing:\n    backend: zipkin\n    zipkin-endpoint: \"file:///x\"\n", "zipkin-endpoint"},
+		{"configMaps:\n  config-tracing:\n    backend: zipkin\n    zipkin-endpoint: http://x/\n    sample-rate: \"2\"\n", "sample-rate"},
+		{"configMaps:\n  config-tracing:\n    bogus: x\n", "bogus"},
+	} {
+		if _, err := parse([]byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want one naming %s", tt.yaml, err, tt.want)
+		}
+	}
+}

@@ -126,7 +126,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	defer closeAccessLog()
 	var revLabels revisionLabels
-	mtr := metrics.New(metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength})
+	tracer, err := newTracer(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The spans still queued go out, for a while.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(sctx); err != nil {
+			log.Warn("exporting the last spans", "err", err)
+		}
+	}()
+	mopts := metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength}
+	if tracer != nil {
+		mopts.Trace = tracer.Observe
+	}
+	mtr := metrics.New(mopts)
 	stOpts := storeOptions(cfg)
 	stOpts.ObserveCommit = mtr.ObserveStoreCommit
 	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), stOpts, handoverWait+stopTimeout)

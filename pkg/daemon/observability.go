@@ -24,6 +24,7 @@ import (
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/replicas"
 	"github.com/knbox/knbox/pkg/router"
+	"github.com/knbox/knbox/pkg/tracing"
 )
 
 // openAccessLog returns where the access log goes: nil when it is off,
@@ -168,4 +169,14 @@ func consoleTotals(m *metrics.Metrics) func() ([]console.Totals, error) {
 		}
 		return out, err
 	}
+}
+
+// newTracer returns the tracer that config-tracing asks for, nil when its
+// backend is none (the default).
+func newTracer(cfg *config.Config) (*tracing.Tracer, error) {
+	tc, err := cfg.Tracing()
+	if err != nil {
+		return nil, err
+	}
+	return tracing.New(tracing.Config{Backend: string(tc.Backend), ZipkinEndpoint: tc.ZipkinEndpoint, SampleRate: tc.SampleRate, Debug: tc.Debug})
 }

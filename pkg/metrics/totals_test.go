@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -40,5 +41,25 @@ func TestTotals(t *testing.T) {
 	}
 	if r2.Latency[len(r2.Latency)-2] != 0 || r2.Latency[len(r2.Latency)-1] != 1 {
 		t.Errorf("r2 latency %v: an hour is beyond every finite bound", r2.Latency)
+	}
+}
+
+// TestTraceHook: Run gives each observed request to Options.Trace.
+func TestTraceHook(t *testing.T) {
+	t.Parallel()
+	got := make(chan *router.RequestInfo, 1)
+	m := New(Options{Trace: func(i *router.RequestInfo) { got <- i }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	info := &router.RequestInfo{Namespace: "default", Revision: "r", Code: 200}
+	m.ObserveRequest(info)
+	select {
+	case g := <-got:
+		if g != info {
+			t.Fatalf("traced %+v", g)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request was not traced")
 	}
 }
