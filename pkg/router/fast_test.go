@@ -314,9 +314,14 @@ func TestObserver(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	e.do(http.MethodGet, host, "/", nil, http.Header{"Traceparent": {tp}})
 	got := obs.list()
-	if len(got) != 3 {
-		t.Fatalf("%d observations, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("%d observations, want 4: %+v", len(got), got)
+	}
+	if !got[0].TraceStarted || got[3].TraceStarted || got[3].Traceparent != tp {
+		t.Errorf("trace started %v with %q, %v with %q (the client's)", got[0].TraceStarted, got[0].Traceparent, got[3].TraceStarted, got[3].Traceparent)
 	}
 	r := got[0]
 	if r.Namespace != "default" || r.Route != "o" || r.Revision != "o-1" || r.Instance != "o-1-0" || r.Code != 200 ||

@@ -12,6 +12,7 @@ package tracing
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -92,6 +93,7 @@ func New(cfg Config) (*Tracer, error) {
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", "knbox"))
 	p := sdktrace.NewTracerProvider(
+		sdktrace.WithIDGenerator(&ids{}),
 		sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(cfg.QueueSize)),
 		sdktrace.WithSampler(sdktrace.ParentBased(sampler)),
 		sdktrace.WithResource(res))
@@ -136,7 +138,13 @@ func (t *Tracer) Observe(info *router.RequestInfo) {
 	}
 	ctx := context.Background()
 	if sc := Parent(info.Traceparent); sc.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		if info.TraceStarted {
+			// knbox started the trace: the instance's spans are children
+			// of the traceparent's span, which is this proxy span.
+			ctx = context.WithValue(ctx, startedKey{}, sc)
+		} else {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
 	}
 	end := info.Start.Add(info.Duration)
 	attrs := []attribute.KeyValue{
@@ -176,3 +184,31 @@ func (t *Tracer) Observe(info *router.RequestInfo) {
 	}
 	span.End(trace.WithTimestamp(end))
 }
+
+type startedKey struct{}
+
+// ids is the SDK's random ID generator, but for a trace knbox started: its
+// root span takes the trace and span IDs of the traceparent that the
+// router sent to the instance.
+type ids struct{}
+
+func (g *ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if sc, ok := ctx.Value(startedKey{}).(trace.SpanContext); ok {
+		return sc.TraceID(), sc.SpanID()
+	}
+	var t trace.TraceID
+	for !t.IsValid() {
+		g.read(t[:])
+	}
+	return t, g.NewSpanID(ctx, t)
+}
+
+func (g *ids) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
+	var s trace.SpanID
+	for !s.IsValid() {
+		g.read(s[:])
+	}
+	return s
+}
+
+func (g *ids) read(b []byte) { _, _ = crand.Read(b) }

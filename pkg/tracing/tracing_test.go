@@ -165,3 +165,29 @@ func FuzzParent(f *testing.F) {
 		}
 	})
 }
+
+// TestStartedTrace: when knbox started the traceparent it sent the
+// instance, the proxy span is that traceparent's span, the root of its
+// trace, so the instance's spans hang under it.
+func TestStartedTrace(t *testing.T) {
+	t.Parallel()
+	col, url := startCollector(t)
+	tr, err := New(Config{Backend: "zipkin", ZipkinEndpoint: url, Debug: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	tr.Observe(&router.RequestInfo{Revision: "r", Code: 200, Start: time.Now(), Duration: time.Millisecond, QueueWait: time.Microsecond,
+		Traceparent: "00-" + traceID + "-" + parentID + "-01", TraceStarted: true})
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := col.byName()
+	p, q := spans[SpanProxy], spans[SpanQueueWait]
+	if p.TraceID != traceID || p.ID != parentID || p.ParentID != "" {
+		t.Errorf("proxy span %+v: want trace %s, id %s, no parent", p, traceID, parentID)
+	}
+	if q.TraceID != traceID || q.ParentID != parentID || q.ID == parentID {
+		t.Errorf("queue_wait span %+v", q)
+	}
+}
