@@ -223,7 +223,11 @@ func (c *Console) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	c.render(w, http.StatusOK, v.Template, v)
+	code := http.StatusOK
+	if v.Code != 0 {
+		code = v.Code
+	}
+	c.render(w, code, v.Template, v)
 }
 
 // credentials are the request's token: its Authorization header (the

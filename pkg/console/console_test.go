@@ -244,7 +244,8 @@ func TestConsole(t *testing.T) {
 func TestRBAC(t *testing.T) {
 	f := start(t, Options{})
 	c := f.client()
-	if code, body, _ := f.login(c, viewerToken); code != 403 || !strings.Contains(body, `User &#34;viewer&#34; cannot list resource &#34;services&#34;`) {
+	if code, body, _ := f.login(c, viewerToken); code != 403 || !strings.Contains(body, `User &#34;viewer&#34; cannot list resource &#34;services&#34;`) ||
+		!strings.Contains(body, `id="namespace"`) || strings.Contains(body, "hello") {
 		t.Errorf("viewer: %d\n%s", code, body)
 	}
 	plain := f.client()

@@ -211,7 +211,13 @@ func (c *Console) home(ctx context.Context, token string, r *http.Request, v *vi
 	sort.Strings(v.Namespaces)
 	var svcs servingv1.ServiceList
 	if err := c.call(ctx, token, http.MethodGet, "/apis/serving.knative.dev/v1/namespaces/"+v.Namespace+"/services", nil, &svcs); err != nil {
-		return err
+		if codeOf(err) != http.StatusForbidden {
+			return err
+		}
+		// The page stays, with the namespace picker, so the user can
+		// pick a namespace RBAC lets them read.
+		v.Code, v.Error = http.StatusForbidden, err.Error()
+		return nil
 	}
 	for i := range svcs.Items {
 		v.Services = append(v.Services, serviceRowOf(&svcs.Items[i]))
