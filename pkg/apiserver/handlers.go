@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -646,6 +647,11 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 	format, err := requestFormat(r, true)
 	if err != nil {
 		return err
+	}
+	if format == formatStrategicPatch && !builtinKind(req.kind) {
+		// As a cluster answers for a custom resource.
+		return newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
+			"the body of the request was in an unknown format - accepted media types include: "+strings.Join(patchTypes(req.kind), ", "))
 	}
 	patch, err := readBody(r)
 	if err != nil {
