@@ -71,7 +71,7 @@ func (s *Server) systemUpdate(ctx context.Context, k *Kind, obj runtime.Object) 
 	if m.ResourceVersion != "" && m.ResourceVersion != accessor(cur).ResourceVersion {
 		return nil, conflict(k, m.Name)
 	}
-	out, _, err := s.update(ctx, request{kind: k, version: k.Version, namespace: m.Namespace, name: m.Name}, obj, cur, entry, nil, false)
+	out, _, err := s.update(ctx, request{kind: k, version: k.Version, namespace: m.Namespace, name: m.Name}, obj, cur, entry, nil, false, owner{manager: internalManager})
 	return out, err
 }
 

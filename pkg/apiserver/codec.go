@@ -120,6 +120,7 @@ const (
 	formatJSONPatch
 	formatStrategicPatch
 	formatProtobuf
+	formatApply
 )
 
 // requestFormat reads the Content-Type of a write.
@@ -141,9 +142,8 @@ func requestFormat(r *http.Request, patch bool) (bodyFormat, error) {
 			return formatJSONPatch, nil
 		case "application/strategic-merge-patch+json":
 			return formatStrategicPatch, nil
-		case "application/apply-patch+yaml", "application/apply-patch+cbor":
-			return 0, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
-				"server-side apply is not supported by knbox; use client-side apply (kubectl apply without --server-side)")
+		case "application/apply-patch+yaml":
+			return formatApply, nil
 		}
 		return 0, errUnsupportedMediaType(ct)
 	}

@@ -97,6 +97,7 @@ type Server struct {
 	openapiOnce sync.Once
 	openapi     *openAPI // the OpenAPI documents (openapi.go)
 	openapiErr  error
+	fms         fieldManagers // server-side apply (apply.go)
 
 	limits   Limits   // Options.Limits with defaults
 	inflight inflight // requests being served, by class
