@@ -294,8 +294,8 @@ func TestPatchTypes(t *testing.T) {
 		t.Errorf("malformed json patch: want BadRequest, got %v", err)
 	}
 	_, err = c.Patch(ctx, "p", types.ApplyPatchType, []byte(`{}`), metav1.PatchOptions{FieldManager: "x"})
-	if err == nil || !strings.Contains(err.Error(), "server-side apply is not supported") {
-		t.Errorf("apply patch: got %v", err)
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "apiVersion") {
+		t.Errorf("apply patch without apiVersion: want BadRequest naming apiVersion, got %v", err)
 	}
 	after, _ := c.Get(ctx, "p", metav1.GetOptions{})
 	if after.ResourceVersion != s.ResourceVersion {
