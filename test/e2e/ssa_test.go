@@ -100,7 +100,7 @@ func TestKubectlServerSideApply(t *testing.T) {
 		t.Errorf("client-side apply of a change: %s", out)
 	}
 	// kubectl's client-side validation: an unknown field is refused.
-	out, err = k.run(strings.Replace(ssaCM, "data:", "bogus: 1\ndata:", 1), "apply", "--server-side", "-f", "-")
+	out, err = k.run(strings.Replace(ssaCM, "\ndata:", "\nbogus: 1\ndata:", 1), "apply", "--server-side", "-f", "-")
 	if err == nil || !strings.Contains(out, "bogus") {
 		t.Errorf("unknown field with apply --server-side: err=%v\n%s", err, out)
 	}
