@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -244,7 +243,7 @@ func (s *Server) triggerOn(ctx context.Context, q workqueue.RateLimitingInterfac
 	for ctx.Err() == nil {
 		ch, err := s.store.Watch(ctx, k.storeResource(), "", 0, false)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) {
+			if ctx.Err() == nil { // a stopping server's closed store is no failure
 				s.log.Warn("watch for the auth controllers", "resource", k.storeResource(), "err", err)
 			}
 			select {
