@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apiserver/pkg/endpoints/handlers/fieldmanager"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
@@ -162,15 +161,47 @@ func requestManager(r *http.Request) (string, error) {
 	return b.String(), nil
 }
 
-// ignoreTimestampOnly reverts managedFields timestamps when nothing else
-// changed, so a write that changes nothing (an apply repeated) stores
-// nothing and keeps the resourceVersion.
-func ignoreTimestampOnly(ctx context.Context, obj, cur runtime.Object) runtime.Object {
-	out, err := fieldmanager.IgnoreManagedFieldsTimestampsTransformer(ctx, obj, cur)
-	if err != nil || out == nil {
-		return obj
+// sameButTimes reports whether two managedFields lists differ at most in
+// their entries' times.
+func sameButTimes(a, b []metav1.ManagedFieldsEntry) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	return out
+	for i := range a {
+		x, y := a[i], b[i]
+		x.Time, y.Time = nil, nil
+		if !apiequality.Semantic.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeIgnoringTimes encodes obj for the store. When its managedFields
+// differ from cur's only in times and, with cur's times, obj encodes as
+// stored, it keeps cur's times, so that a write that changes nothing else
+// (an apply repeated) stores nothing and keeps the resourceVersion (what
+// kube-apiserver's IgnoreManagedFieldsTimestampsTransformer does).
+func encodeIgnoringTimes(k *Kind, obj, cur runtime.Object, stored []byte) ([]byte, error) {
+	nb, err := encodeStored(k, obj)
+	if err != nil || bytes.Equal(nb, stored) {
+		return nb, err
+	}
+	m, om := accessor(obj), accessor(cur)
+	if len(m.ManagedFields) == 0 || !sameButTimes(m.ManagedFields, om.ManagedFields) {
+		return nb, nil
+	}
+	mine := m.ManagedFields
+	m.ManagedFields = make([]metav1.ManagedFieldsEntry, len(mine))
+	for i := range mine {
+		m.ManagedFields[i] = mine[i]
+		m.ManagedFields[i].Time = om.ManagedFields[i].Time
+	}
+	if old, err := encodeStored(k, obj); err == nil && bytes.Equal(old, stored) {
+		return old, nil
+	}
+	m.ManagedFields = mine
+	return nb, nil
 }
 
 // applyPatch decodes the body of an apply request: YAML or JSON, one

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +47,19 @@ func managers(m metav1.Object) map[string]metav1.ManagedFieldsOperationType {
 	return out
 }
 
+// nextSecond waits until the clock is past the second of obj's newest
+// managedFields time, so that a repeated write would carry a new time.
+func nextSecond(t *testing.T, obj metav1.Object) {
+	t.Helper()
+	var newest time.Time
+	for _, f := range obj.GetManagedFields() {
+		if f.Time != nil && f.Time.After(newest) {
+			newest = f.Time.Time
+		}
+	}
+	eventually(t, 5*time.Second, "the clock to pass a second", func() bool { return time.Now().Unix() > newest.Unix() })
+}
+
 // TestServerSideApply: apply creates, a repeated apply is a no-op (same
 // resourceVersion), another manager's apply conflicts (409 naming the
 // owner) until forced, and every write keeps managedFields.
@@ -62,6 +76,7 @@ func TestServerSideApply(t *testing.T) {
 	if got := managers(first); got["alice"] != metav1.ManagedFieldsOperationApply {
 		t.Errorf("managers after apply: %v", got)
 	}
+	nextSecond(t, first)
 	again, err := c.Apply(ctx, "ssa", cfg, metav1.ApplyOptions{FieldManager: "alice"})
 	if err != nil {
 		t.Fatalf("second apply: %v", err)
@@ -155,6 +170,7 @@ func TestManagedFieldsOnEveryWrite(t *testing.T) {
 	if applied.Data["a"] != "1" || applied.Data["c"] != "3" {
 		t.Errorf("apply did not merge by key: %v", applied.Data)
 	}
+	nextSecond(t, applied)
 	again, err := cms.Patch(ctx, "m", types.ApplyPatchType, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"m"},"data":{"c":"3"}}`), metav1.PatchOptions{FieldManager: "applier"})
 	if err != nil || again.ResourceVersion != applied.ResourceVersion {
 		t.Errorf("repeated apply: %v, resourceVersion %s -> %s", err, applied.ResourceVersion, again.ResourceVersion)

@@ -599,9 +599,7 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 	if k.HasGeneration && op == admission.Update && !apiequality.Semantic.DeepEqual(fieldInterface(obj, "Spec"), fieldInterface(cur, "Spec")) {
 		m.Generation = om.Generation + 1
 	}
-	obj = ignoreTimestampOnly(ctx, obj, cur)
-	m = accessor(obj)
-	nb, err := encodeStored(k, obj)
+	nb, err := encodeIgnoringTimes(k, obj, cur, entry.Value)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const ssaCM = `apiVersion: v1
@@ -12,6 +13,20 @@ metadata:
 data:
   a: "1"
 `
+
+// awaitNextSecond waits until the wall clock enters a new second, so that a
+// repeated write would carry a new managedFields time (seconds resolution).
+func awaitNextSecond(t *testing.T) {
+	t.Helper()
+	start := time.Now().Unix()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Unix() == start {
+		if time.Now().After(deadline) {
+			t.Fatal("the clock did not move")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // TestKubectlExplain: kubectl explain prints the descriptions of Knative's
 // schema, from OpenAPI v3 (its default) and v2.
@@ -55,6 +70,7 @@ func TestKubectlServerSideApply(t *testing.T) {
 	if !strings.HasPrefix(before, "1 Apply ") {
 		t.Fatalf("after apply --server-side: %q", before)
 	}
+	awaitNextSecond(t)
 	k.must(helloYAML, "apply", "--server-side", "-f", "-")
 	if after := k.must("", "get", "ksvc", "hello", "-o", owned); after != before {
 		t.Errorf("second apply --server-side changed the service:\n%s\n->\n%s", before, after)
@@ -81,6 +97,7 @@ func TestKubectlServerSideApply(t *testing.T) {
 	// A ConfigMap: apply --server-side twice keeps the resourceVersion.
 	k.must(ssaCM, "apply", "--server-side", "-f", "-")
 	rv1 := k.must("", "get", "cm", "ssa", "-o", "jsonpath={.metadata.resourceVersion}")
+	awaitNextSecond(t)
 	k.must(ssaCM, "apply", "--server-side", "-f", "-")
 	if rv2 := k.must("", "get", "cm", "ssa", "-o", "jsonpath={.metadata.resourceVersion}"); rv2 != rv1 {
 		t.Errorf("second apply --server-side of a ConfigMap: resourceVersion %s -> %s", rv1, rv2)
@@ -98,6 +115,20 @@ func TestKubectlServerSideApply(t *testing.T) {
 	out = k.must(strings.Replace(strings.Replace(ssaCM, "name: ssa", "name: csa", 1), `"1"`, `"2"`, 1), "apply", "-f", "-")
 	if !strings.Contains(out, "configmap/csa configured") {
 		t.Errorf("client-side apply of a change: %s", out)
+	}
+	// An object made by client-side apply moves to server-side apply
+	// without conflicts where kubectl's last-applied-configuration still
+	// matches the live object (a ConfigMap). A Knative Service's container
+	// list is atomic in its schema and defaulted by admission, so it no
+	// longer matches: the move conflicts, as on a cluster, until forced.
+	mig := strings.Replace(helloYAML, "name: hello", "name: mig", 1)
+	k.must(mig, "apply", "-f", "-")
+	if out, err := k.run(mig, "apply", "--server-side", "-f", "-"); err == nil || !strings.Contains(out, `"kubectl-client-side-apply"`) {
+		t.Errorf("apply --server-side of a ksvc after client-side apply: err=%v\n%s", err, out)
+	}
+	k.must(mig, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	if out, err := k.run(strings.Replace(ssaCM, "name: ssa", "name: csa", 1), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Errorf("apply --server-side of a ConfigMap after client-side apply: %v\n%s", err, out)
 	}
 	// kubectl's client-side validation: an unknown field is refused.
 	out, err = k.run(strings.Replace(ssaCM, "\ndata:", "\nbogus: 1\ndata:", 1), "apply", "--server-side", "-f", "-")
