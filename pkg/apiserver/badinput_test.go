@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -88,11 +89,19 @@ func TestFieldValidationWarnAndIgnore(t *testing.T) {
 	e := newEnv(t)
 	body := `{"metadata":{"name":"%s"},"bogus":true,"spec":{"template":{"spec":{"containers":[{"image":"img"}]}}}}`
 	// Without fieldValidation: dropped with a warning, as a CRD endpoint does.
-	code, b := e.do("POST", svcPath, "application/json", []byte(strings.Replace(body, "%s", "dflt", 1)))
-	if code != 201 || strings.Contains(string(b), "bogus") {
-		t.Errorf("default: %d %s", code, b)
+	dreq, _ := http.NewRequest("POST", e.url+svcPath, strings.NewReader(strings.Replace(body, "%s", "dflt", 1)))
+	dreq.Header.Set("Authorization", "Bearer "+testToken)
+	dreq.Header.Set("Content-Type", "application/json")
+	dresp, err := e.http.Do(dreq)
+	if err != nil {
+		t.Fatal(err)
 	}
-	code, b = e.do("POST", svcPath+"?fieldValidation=Ignore", "application/json", []byte(strings.Replace(body, "%s", "ign", 1)))
+	b, _ := io.ReadAll(dresp.Body)
+	dresp.Body.Close()
+	if dresp.StatusCode != 201 || strings.Contains(string(b), "bogus") || !strings.Contains(strings.Join(dresp.Header.Values("Warning"), " "), `unknown field \"bogus\"`) {
+		t.Errorf("default: %d %s, warnings %v", dresp.StatusCode, b, dresp.Header.Values("Warning"))
+	}
+	code, b := e.do("POST", svcPath+"?fieldValidation=Ignore", "application/json", []byte(strings.Replace(body, "%s", "ign", 1)))
 	if code != 201 {
 		t.Errorf("Ignore: %d %s", code, b)
 	}
