@@ -181,3 +181,34 @@ func TestManagedFieldsOnEveryWrite(t *testing.T) {
 		t.Errorf("conflict: %v", err)
 	}
 }
+
+// TestApplyHostile: deep nesting, alias bombs and huge bodies in an apply
+// configuration never get a 500 or a crash. Deep nesting under a field the
+// Knative schema preserves unknown content of is accepted and dropped (an
+// unknown field of the stored type, with a warning); elsewhere it is a 4xx.
+func TestApplyHostile(t *testing.T) {
+	e := newEnv(t)
+	deep := strings.Repeat(`{"x":`, 5000) + "1" + strings.Repeat("}", 5000)
+	bomb := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\na: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n"
+	prev := "a"
+	for _, n := range []string{"b", "c", "d", "e", "f", "g", "h", "i"} {
+		bomb += n + ": &" + n + " [*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + ",*" + prev + "]\n"
+		prev = n
+	}
+	code, body := e.do("PATCH", svcPath+"/deep?fieldManager=x", "application/apply-patch+yaml",
+		[]byte(`{"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"deep"},"spec":{"template":{"metadata":{"annotations":{"a":"b"},"x":`+deep+`},"spec":{"containers":[{"image":"img"}]}}}}`))
+	if code != http.StatusCreated || strings.Contains(string(body), `"x":{"x"`) {
+		t.Errorf("deep nesting in a preserved field: %d %.300s", code, body)
+	}
+	for _, tc := range []struct{ name, path, body string }{
+		{"deep nesting in a typed field", "/api/v1/namespaces/default/configmaps/deep?fieldManager=x",
+			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep"},"data":` + deep + `}`},
+		{"alias bomb", "/api/v1/namespaces/default/configmaps/bomb?fieldManager=x", bomb},
+		{"huge", "/api/v1/namespaces/default/configmaps/huge?fieldManager=x", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"huge"},"data":{"a":"` + strings.Repeat("x", 4<<20) + `"}}`},
+	} {
+		code, body := e.do("PATCH", tc.path, "application/apply-patch+yaml", []byte(tc.body))
+		if code < 400 || code >= 500 {
+			t.Errorf("%s: %d %.300s", tc.name, code, body)
+		}
+	}
+}
