@@ -64,6 +64,7 @@ func TestDefaults(t *testing.T) {
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
 		},
+		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -564,6 +565,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
 	f.Add("serviceAccounts:\n  issuer: https://knbox.example\n  apiAudiences: [a, b]\n  maxTokenExpirationSeconds: 86400\n")
 	f.Add("podSecurity:\n  defaults: {enforce: baseline, warn: restricted, warn-version: v1.29}\n  exemptions: {runtimeClasses: [runsc]}\nruntimeClasses:\n  defaultAllowed: [runc, runsc]\n")
+	f.Add("observability:\n  metricsAddr: 127.0.0.1:9090\n  queueLength: 10\n  accessLog: {enabled: true, path: /var/log/knbox/access.log}\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		c, err := parse([]byte(content))
 		if err != nil {
@@ -601,6 +603,7 @@ func FuzzLoad(f *testing.F) {
 			"api.requestTimeout": int64(l.API.RequestTimeout), "router.idleTimeout": int64(l.Router.IdleTimeout),
 			"store.eventLogBytes": int64(l.Store.EventLogBytes), "disk.reserveBytes": int64(l.Disk.ReserveBytes),
 			"images.maxImageBytes": int64(l.Images.MaxImageBytes), "images.maxLayers": int64(l.Images.MaxLayers),
+			"observability.queueLength": int64(c.Observability.QueueLength),
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)
