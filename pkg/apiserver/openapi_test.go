@@ -7,8 +7,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/openapi3"
 	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/util/proto"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -31,6 +34,19 @@ func TestOpenAPIV2(t *testing.T) {
 		if !ok {
 			t.Errorf("definition %s missing from the protobuf document", n)
 		}
+	}
+	// What Argo CD's cluster cache does with it: models, then a parser of
+	// every kind's type for structured merge diff.
+	models, err := proto.NewOpenAPIData(doc)
+	if err != nil {
+		t.Fatalf("models: %v", err)
+	}
+	parser, err := managedfields.NewGVKParser(models, false)
+	if err != nil {
+		t.Fatalf("GVK parser: %v", err)
+	}
+	if parser.Type(schema.GroupVersionKind{Group: "serving.knative.dev", Version: "v1", Kind: "Service"}) == nil {
+		t.Error("no parseable type for serving.knative.dev/v1 Service")
 	}
 	code, body := e.do("GET", "/openapi/v2", "", nil, "Accept", "application/json")
 	if code != http.StatusOK {
