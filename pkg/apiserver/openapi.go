@@ -219,9 +219,9 @@ func (s *Server) buildOpenAPI() (*openAPI, error) {
 			}
 			if k.HasStatus {
 				gv.paths[coll+"/{name}/status"] = map[string]interface{}{
-					"get":   op("read", nil, false),
-					"put":   op("replace", []string{"*/*"}, hasDef),
-					"patch": op("patch", patchTypes(k), false),
+					"get":   op("readStatus", nil, false),
+					"put":   op("replaceStatus", []string{"*/*"}, hasDef),
+					"patch": op("patchStatus", patchTypes(k), false),
 				}
 			}
 		}
