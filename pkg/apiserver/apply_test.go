@@ -113,6 +113,26 @@ func TestServerSideApply(t *testing.T) {
 		t.Errorf("managers after a merge patch: %v", got)
 	}
 
+	// The status subresource takes an apply of status only, recorded as
+	// the status subresource's.
+	st := applyConfig(t, "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: ssa\nstatus:\n  observedGeneration: 2\n")
+	withStatus, err := c.ApplyStatus(ctx, "ssa", st, metav1.ApplyOptions{FieldManager: "controller"})
+	if err != nil {
+		t.Fatalf("apply status: %v", err)
+	}
+	if g, _, _ := unstructured.NestedInt64(withStatus.Object, "status", "observedGeneration"); g != 2 {
+		t.Errorf("status after apply: %v", withStatus.Object["status"])
+	}
+	var sub string
+	for _, f := range withStatus.GetManagedFields() {
+		if f.Manager == "controller" {
+			sub = f.Subresource
+		}
+	}
+	if sub != "status" {
+		t.Errorf("status apply recorded with subresource %q", sub)
+	}
+
 	// Apply is refused in the seed version and on bad parameters.
 	for _, tc := range []struct {
 		name, path, body string
