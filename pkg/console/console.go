@@ -16,7 +16,7 @@ package console
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
+	"crypto/sha256"
 	"embed"
 	"encoding/base64"
 	"errors"
@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ type Console struct {
 	samples *sampler
 
 	mu       sync.Mutex
-	sessions map[string]session
+	sessions map[string]session // by sessionKey of the cookie's value
 }
 
 type session struct {
@@ -243,19 +244,25 @@ func (c *Console) credentials(r *http.Request) (token, user, sid string) {
 	if err != nil || len(ck.Value) != 43 {
 		return "", "", ""
 	}
+	// Sessions are kept by a hash of their id: a map lookup's timing
+	// tells nothing about an id.
+	sid = sessionKey(ck.Value)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, s := range c.sessions {
-		// Constant-time, so the session id cannot be guessed by timing.
-		if subtle.ConstantTimeCompare([]byte(id), []byte(ck.Value)) == 1 {
-			if time.Now().After(s.expires) {
-				delete(c.sessions, id)
-				return "", "", ""
-			}
-			return s.token, s.user, id
-		}
+	s, ok := c.sessions[sid]
+	if !ok {
+		return "", "", ""
 	}
-	return "", "", ""
+	if time.Now().After(s.expires) {
+		delete(c.sessions, sid)
+		return "", "", ""
+	}
+	return s.token, s.user, sid
+}
+
+func sessionKey(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return string(h[:])
 }
 
 func (c *Console) forget(sid string) {
@@ -288,7 +295,7 @@ func (c *Console) newSession(token, user string) (string, bool) {
 			return "", false
 		}
 	}
-	c.sessions[id] = session{token: token, user: user, expires: now.Add(c.opts.SessionTTL)}
+	c.sessions[sessionKey(id)] = session{token: token, user: user, expires: now.Add(c.opts.SessionTTL)}
 	return id, true
 }
 
@@ -302,6 +309,11 @@ func (c *Console) serveLogin(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 	default:
 		c.fail(w, r, "", http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	if !sameOrigin(r) {
+		v.Error = "the sign-in form was posted from another site"
+		c.render(w, http.StatusForbidden, "login", v)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 2*maxTokenBytes)
@@ -332,6 +344,19 @@ func (c *Console) serveLogin(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, MaxAge: int(c.opts.SessionTTL / time.Second),
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// sameOrigin reports whether a form post came from the console's own
+// pages: browsers send Origin with every POST, and a post from another site
+// could sign the victim in as the attacker (login CSRF). Clients without
+// Origin (curl) are not browsers and pass.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
 }
 
 // checkToken says what is wrong with a token typed in, "" if nothing.

@@ -275,3 +275,20 @@ func TestMaxSessions(t *testing.T) {
 		t.Fatalf("second sign-in: %d\n%s", code, body)
 	}
 }
+
+// TestLoginCSRF: a sign-in posted from another site's page is refused.
+func TestLoginCSRF(t *testing.T) {
+	f := start(t, Options{})
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/console/login", strings.NewReader(url.Values{"token": {apiservertest.Token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err := f.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), "another site") || resp.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("cross-site sign-in: %d %s", resp.StatusCode, b)
+	}
+}

@@ -147,7 +147,14 @@ func (t *Tracer) Observe(info *router.RequestInfo) {
 		}
 	}
 	end := info.Start.Add(info.Duration)
-	attrs := []attribute.KeyValue{
+	// The sampler decides at Start; the attributes are made only for
+	// spans that record.
+	ctx, span := t.tracer.Start(ctx, SpanProxy, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(info.Start))
+	if !span.IsRecording() {
+		span.End(trace.WithTimestamp(end))
+		return
+	}
+	span.SetAttributes(
 		attribute.String("http.request.method", info.Method),
 		attribute.String("server.address", info.Host),
 		attribute.String("url.path", info.Target),
@@ -159,13 +166,7 @@ func (t *Tracer) Observe(info *router.RequestInfo) {
 		attribute.String("knative.revision", info.Revision),
 		attribute.String("knbox.instance", info.Instance),
 		attribute.Bool("knbox.cold_start", info.ColdStart),
-	}
-	ctx, span := t.tracer.Start(ctx, SpanProxy, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithTimestamp(info.Start), trace.WithAttributes(attrs...))
-	if !span.IsRecording() {
-		span.End(trace.WithTimestamp(end))
-		return
-	}
+	)
 	switch {
 	case info.Code == 0:
 		span.SetStatus(codes.Error, "no response was sent")
