@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,7 +40,7 @@ type fixture struct {
 	totals []Totals
 }
 
-func start(t *testing.T, o Options) *fixture {
+func start(t *testing.T, o Options, wrap ...func(http.Handler) http.Handler) *fixture {
 	t.Helper()
 	env := apiservertest.StartWith(t, apiservertest.Options{
 		Users: map[string]admission.User{viewerToken: {Name: "viewer", Groups: []string{"team"}}},
@@ -83,6 +84,9 @@ func start(t *testing.T, o Options) *fixture {
 	}
 	f := &fixture{t: t}
 	o.API = env.Server.Handler()
+	for _, w := range wrap {
+		o.API = w(o.API)
+	}
 	o.Totals = func() ([]Totals, error) { return f.totals, nil }
 	o.LatencyBounds = bounds
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -195,6 +199,9 @@ func TestConsole(t *testing.T) {
 	mustContain(t, body, `id="traffic"`, "70%", "30%", `<span class="tag">canary</span>`, "http://canary-hello.default.localhost:8080",
 		`class="card revision" data-name="hello-00001"`, `data-name="hello-00002"`,
 		`data-series="rate" data-points="2" data-max="10"`, `data-series="instances" data-points="2" data-max="2"`, "10 req/s")
+	if strings.Contains(body, `id="events"`) {
+		t.Error("an events section where the API serves no Events")
+	}
 	if strings.Index(body, `data-name="hello-00002"`) > strings.Index(body, `data-name="hello-00001"`) && strings.Contains(body, `data-name="hello-00001"`) {
 		// Both created within a second: newest by name first.
 		t.Log("revisions in order")
@@ -290,5 +297,53 @@ func TestLoginCSRF(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 403 || !strings.Contains(string(b), "another site") || resp.Header.Get("Set-Cookie") != "" {
 		t.Fatalf("cross-site sign-in: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestEvents: where the API serves Events, the Service's page lists those
+// of the Service, its Revisions and their instances, newest first.
+func TestEvents(t *testing.T) {
+	now := time.Now()
+	ev := func(kind, name, reason string, ago time.Duration) corev1.Event {
+		return corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name + reason, Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: kind, Name: name}, Reason: reason, Type: "Normal",
+			Message: reason + " <i>", LastTimestamp: metav1.NewTime(now.Add(-ago)), Count: 1}
+	}
+	list := corev1.EventList{Items: []corev1.Event{
+		ev("Service", "hello", "Created", 3*time.Minute),
+		ev("Pod", "hello-00001-abcde", "Started", time.Minute),
+		ev("Service", "other", "Elsewhere", time.Second),
+	}}
+	list.Items[1].Type = "Warning"
+	f := start(t, Options{}, func(api http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1" {
+				// Discovery with events added.
+				rec := &capture{h: http.Header{}, limit: 1 << 20}
+				api.ServeHTTP(rec, r)
+				var rl metav1.APIResourceList
+				if err := json.Unmarshal(rec.buf.Bytes(), &rl); err != nil {
+					t.Errorf("discovery: %v", err)
+				}
+				rl.APIResources = append(rl.APIResources, metav1.APIResource{Name: "events", Namespaced: true, Kind: "Event", Verbs: []string{"list"}})
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(&rl)
+				return
+			}
+			if r.URL.Path == "/api/v1/namespaces/default/events" && r.Header.Get("Authorization") == "Bearer "+apiservertest.Token {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(&list)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
+	})
+	code, body := f.get(f.client(), "/console/namespaces/default/services/hello", "Authorization", "Bearer "+apiservertest.Token)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	mustContain(t, body, `id="events"`, "pod/hello-00001-abcde", "Started &lt;i&gt;", "service/hello")
+	if strings.Contains(body, "Elsewhere") || strings.Index(body, "Started") > strings.Index(body, "Created") {
+		t.Errorf("events of other objects, or not newest first:\n%s", body)
 	}
 }

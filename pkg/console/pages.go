@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"knative.dev/pkg/apis"
 	"knative.dev/serving/pkg/apis/serving"
@@ -109,9 +110,19 @@ type view struct {
 	Revisions []revisionRow
 	MetricsOK bool
 
+	Events       []eventRow
+	EventsServed bool   // the API serves Events
+	EventsNote   string // why no events are shown, when the API has them
+
 	Revision string
 	Log      string
 	LogCut   bool
+}
+
+type eventRow struct {
+	Type, Reason, Object, Message string
+	Count                         int32
+	Last                          time.Time
 }
 
 type serviceRow struct {
@@ -274,6 +285,11 @@ func (c *Console) service(ctx context.Context, token, ns, name string, v *view) 
 		return err
 	}
 	v.MetricsOK = c.canReadMetrics(ctx, token)
+	names := map[string]bool{name: true}
+	for _, rev := range revs.Items {
+		names[rev.Name] = true
+	}
+	c.events(ctx, token, ns, names, v)
 	sort.Slice(revs.Items, func(i, j int) bool {
 		return revs.Items[i].CreationTimestamp.After(revs.Items[j].CreationTimestamp.Time) ||
 			revs.Items[i].CreationTimestamp.Equal(&revs.Items[j].CreationTimestamp) && revs.Items[i].Name > revs.Items[j].Name
@@ -325,4 +341,65 @@ func (c *Console) logTail(ctx context.Context, token, ns, name string, v *view) 
 	}
 	v.Log, v.LogCut = strings.ToValidUTF8(string(b), "\uFFFD"), w.cut
 	return nil
+}
+
+// maxEvents bounds the events a Service's page lists and reads.
+const maxEvents = 20
+
+// events lists the recent Events of the named objects and of their Pods
+// (instances, named after their Revision), newest first. Where the API
+// serves no Events the page has no events section.
+func (c *Console) events(ctx context.Context, token, ns string, names map[string]bool, v *view) {
+	// Discovery says whether the API serves Events at all.
+	var rl metav1.APIResourceList
+	if err := c.call(ctx, token, http.MethodGet, "/api/v1", nil, &rl); err != nil {
+		return
+	}
+	served := false
+	for _, r := range rl.APIResources {
+		served = served || r.Name == "events"
+	}
+	if !served {
+		return
+	}
+	var list corev1.EventList
+	err := c.call(ctx, token, http.MethodGet, "/api/v1/namespaces/"+ns+"/events?limit=500", nil, &list)
+	switch code := codeOf(err); {
+	case err == nil:
+		v.EventsServed = true
+	case code == http.StatusNotFound:
+		return
+	case code == http.StatusForbidden:
+		v.EventsNote = "You may not list events in this namespace."
+		return
+	default:
+		v.EventsNote = "Events could not be read: " + err.Error()
+		return
+	}
+	for _, e := range list.Items {
+		o := e.InvolvedObject.Name
+		owner := o
+		if e.InvolvedObject.Kind == "Pod" {
+			// An instance's name is its Revision's and a suffix.
+			if i := strings.LastIndexByte(o, '-'); i > 0 {
+				owner = o[:i]
+			}
+		}
+		if !names[o] && !names[owner] {
+			continue
+		}
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if last.IsZero() {
+			last = e.CreationTimestamp.Time
+		}
+		v.Events = append(v.Events, eventRow{Type: e.Type, Reason: e.Reason, Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + o,
+			Message: e.Message, Count: e.Count, Last: last})
+	}
+	sort.SliceStable(v.Events, func(i, j int) bool { return v.Events[i].Last.After(v.Events[j].Last) })
+	if len(v.Events) > maxEvents {
+		v.Events = v.Events[:maxEvents]
+	}
 }
