@@ -298,6 +298,21 @@ func TestLoginCSRF(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(string(b), "another site") || resp.Header.Get("Set-Cookie") != "" {
 		t.Fatalf("cross-site sign-in: %d %s", resp.StatusCode, b)
 	}
+	// The console's own page: Origin is the console's (the Referrer-Policy
+	// keeps browsers from sending "null").
+	req, _ = http.NewRequest(http.MethodPost, f.url+"/console/login", strings.NewReader(url.Values{"token": {apiservertest.Token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", f.url)
+	c := f.client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Set-Cookie") == "" || resp.Header.Get("Referrer-Policy") != "same-origin" {
+		t.Fatalf("same-origin sign-in: %d %v", resp.StatusCode, resp.Header)
+	}
 }
 
 // TestEvents: where the API serves Events, the Service's page lists those
