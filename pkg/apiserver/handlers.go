@@ -249,6 +249,8 @@ func (s *Server) respondList(w http.ResponseWriter, out output, req request, sto
 		return err
 	}
 	la.SetResourceVersion(lm.ResourceVersion)
+	la.SetContinue(lm.Continue)
+	la.SetRemainingItemCount(lm.RemainingItemCount)
 	list.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Group: k.Group, Version: req.version, Kind: k.Kind + "List"})
 	writeObject(w, http.StatusOK, out, list)
 	return nil
@@ -321,23 +323,53 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, req request)
 	if err != nil {
 		return err
 	}
-	entries, rev, err := s.store.List(req.kind.storeResource(), req.namespace)
+	across := req.kind.Namespaced && req.namespace == ""
+	cur := s.store.Revision()
+	pg, err := parsePaging(r.URL.Query(), req.namespace, across, cur)
 	if err != nil {
 		return err
 	}
-	objs := make([]runtime.Object, 0, len(entries))
-	for _, e := range entries {
-		obj, err := decodeStored(req.kind, e.Value)
-		if err != nil {
-			return err
+	var objs []runtime.Object
+	if !sel.labels.Empty() || !sel.fields.Empty() {
+		// The limit counts matching objects, which the store learns by
+		// asking: decode once, keep the decoded object.
+		pg.opts.Match = func(e store.Entry) (bool, error) {
+			obj, err := decodeStored(req.kind, e.Value)
+			if err != nil {
+				return false, err
+			}
+			if !sel.matches(req.kind, obj) {
+				return false, nil
+			}
+			objs = append(objs, obj)
+			return true, nil
 		}
-		if sel.matches(req.kind, obj) {
+	}
+	page, err := s.store.ListPage(req.kind.storeResource(), req.namespace, pg.opts)
+	if err != nil {
+		return pageError(err, pg, across, cur)
+	}
+	if pg.opts.Match == nil {
+		objs = make([]runtime.Object, 0, len(page.Entries))
+		for _, e := range page.Entries {
+			obj, err := decodeStored(req.kind, e.Value)
+			if err != nil {
+				return err
+			}
 			objs = append(objs, obj)
 		}
 	}
-	// limit and continue are accepted and the whole list is returned at
-	// once, which the API allows a server to do.
-	return s.respondList(w, out, req, objs, metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)})
+	lm := metav1.ListMeta{ResourceVersion: strconv.FormatInt(page.Revision, 10)}
+	if page.More && len(page.Entries) > 0 {
+		last := page.Entries[len(page.Entries)-1].Key
+		if lm.Continue, err = encodeContinue(last.Namespace, last.Name+"\x00", across, page.Revision); err != nil {
+			return err
+		}
+		if page.Remaining > 0 {
+			lm.RemainingItemCount = &page.Remaining
+		}
+	}
+	return s.respondList(w, out, req, objs, lm)
 }
 
 // readWrite reads what every create and update needs: the response
