@@ -39,6 +39,13 @@ func (s *Server) key(k *Kind, namespace, name string) store.Key {
 
 // decodeStored decodes a stored value into the storage type.
 func decodeStored(k *Kind, value []byte) (runtime.Object, error) {
+	if k.StoreAs != nil {
+		obj, err := decodeStored(k.StoreAs.Kind, value)
+		if err != nil {
+			return nil, err
+		}
+		return k.StoreAs.From(obj)
+	}
 	obj := k.New()
 	if err := json.Unmarshal(value, obj); err != nil {
 		return nil, fmt.Errorf("decode stored %s: %w", k.Kind, err)
@@ -48,6 +55,13 @@ func decodeStored(k *Kind, value []byte) (runtime.Object, error) {
 
 // encodeStored encodes a storage-version object for the store.
 func encodeStored(k *Kind, obj runtime.Object) ([]byte, error) {
+	if k.StoreAs != nil {
+		stored, err := k.StoreAs.To(obj)
+		if err != nil {
+			return nil, err
+		}
+		return encodeStored(k.StoreAs.Kind, stored)
+	}
 	obj.GetObjectKind().SetGroupVersionKind(k.GroupVersion().WithKind(k.Kind))
 	return json.Marshal(obj)
 }

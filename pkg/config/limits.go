@@ -23,6 +23,17 @@ type Limits struct {
 	Store  StoreLimits  `json:"store,omitempty"`
 	Disk   DiskLimits   `json:"disk,omitempty"`
 	Images ImageLimits  `json:"images,omitempty"`
+	Events EventLimits  `json:"events,omitempty"`
+}
+
+// EventLimits bound the Events (core/v1 and events.k8s.io/v1) the API keeps.
+type EventLimits struct {
+	// TTL: an Event not updated for this long is deleted
+	// (kube-apiserver's --event-ttl).
+	TTL Duration `json:"ttl,omitempty"`
+	// MaxPerNamespace Events are kept in a namespace; beyond, the least
+	// recently updated are deleted.
+	MaxPerNamespace int `json:"maxPerNamespace,omitempty"`
 }
 
 // ServerLimits bound an HTTP listener's connections.
@@ -149,6 +160,9 @@ const (
 	DefaultMaxManifestBytes = 4 << 20 // as the distribution registry's
 	DefaultPullBackoff      = 10 * time.Second
 	DefaultMaxPullBackoff   = 5 * time.Minute
+
+	DefaultEventTTL              = time.Hour // kube-apiserver's --event-ttl
+	DefaultMaxEventsPerNamespace = 1000
 )
 
 func (l *Limits) applyDefaults() {
@@ -182,6 +196,8 @@ func (l *Limits) applyDefaults() {
 	defBytes(&i.MaxManifestBytes, DefaultMaxManifestBytes)
 	defDuration(&i.PullBackoff, DefaultPullBackoff)
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
+	defDuration(&l.Events.TTL, DefaultEventTTL)
+	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
 }
 
 func defInt(v *int, d int) {
@@ -253,6 +269,8 @@ func (l *Limits) validate() error {
 	pos("images.maxManifestBytes", int64(i.MaxManifestBytes))
 	posDur("images.pullBackoff", i.PullBackoff)
 	posDur("images.maxPullBackoff", i.MaxPullBackoff)
+	posDur("events.ttl", l.Events.TTL)
+	pos("events.maxPerNamespace", int64(l.Events.MaxPerNamespace))
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}
