@@ -32,7 +32,9 @@ import (
 	"golang.org/x/net/http2/h2c"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
@@ -321,7 +323,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
+	// Events of the controllers go through client-go's broadcaster, whose
+	// correlator counts repeats and aggregates similar ones, as on a cluster.
+	events := record.NewBroadcaster(record.WithContext(runCtx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+		controller.Recorders(events), log)
 	if err != nil {
 		return err
 	}
@@ -522,7 +530,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
 func newController(cfg *config.Config, client servingclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
-	apiURL string, resolveTimeout time.Duration, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
+	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
 		return nil, err
@@ -542,7 +550,8 @@ func newController(cfg *config.Config, client servingclient.Interface, rt contro
 	return controller.New(controller.Options{
 		Client: client, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
-		Logger: log.With("component", "controller"),
+		Recorder: recorder,
+		Logger:   log.With("component", "controller"),
 	})
 }
 
