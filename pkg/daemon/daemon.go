@@ -234,6 +234,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
+	// Events of the controllers and of the instances go through client-go's
+	// broadcaster, whose correlator counts repeats and aggregates similar
+	// ones, as on a cluster.
+	events := record.NewBroadcaster(record.WithContext(runCtx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
 	// The runtime side. Probing the handlers takes a while: the API serves
 	// meanwhile, and the data plane starts once they are known.
@@ -300,6 +306,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// The API serves ServiceAccounts: their imagePullSecrets count.
 		ServiceAccounts:     true,
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		Event:               instanceEvents(events),
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
 	})
@@ -323,11 +330,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	// Events of the controllers go through client-go's broadcaster, whose
-	// correlator counts repeats and aggregates similar ones, as on a cluster.
-	events := record.NewBroadcaster(record.WithContext(runCtx))
-	defer events.Shutdown()
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
 		controller.Recorders(events), log)
 	if err != nil {

@@ -85,6 +85,12 @@ type Options struct {
 	ProgressDeadline time.Duration
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
+	// Event, when set, receives the instances' lifecycle events about
+	// their Revision, with the kubelet's reasons: Pulling, Pulled,
+	// Created, Started, Killing, the failures' reasons (Error, Unhealthy,
+	// ImagePullBackOff, RunContainerError, ...), ProgressDeadlineExceeded.
+	// It must not block.
+	Event func(about corev1.ObjectReference, eventType, reason, message string)
 }
 
 type key struct{ namespace, name string }

@@ -145,8 +145,10 @@ type instance struct {
 	ready    bool
 	pulling  bool
 	stopping bool
-	exposed  bool // handed out by Endpoints since the last Drained
-	failures int  // the pod's failures already reported
+	exposed  bool      // handed out by Endpoints since the last Drained
+	failures int       // the pod's failures already reported
+	pullSeen time.Time // when the pod was first seen pulling (zero: not yet)
+	pulled   bool      // the end of the pull was reported
 
 	drainedCh chan struct{}
 	drainOnce sync.Once
@@ -540,7 +542,9 @@ func (r *revision) reconcile() time.Duration {
 		updates []volumeUpdate
 		changed bool
 		next    time.Duration
+		evs     []event
 	)
+	defer func() { r.emit(evs) }()
 	r.mu.Lock()
 	now := time.Now()
 	want := r.wantLocked(desired, known)
@@ -553,6 +557,7 @@ func (r *revision) reconcile() time.Duration {
 			}
 			r.fail = &failure{kind: failDeadline, reason: ReasonProgressDeadlineExceeded, message: msg}
 			r.halted = true
+			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, msg))
 			r.log.Warn("revision failed", "reason", r.fail.reason, "message", msg)
 			want = 0
 			changed = true
@@ -659,13 +664,18 @@ func (r *revision) reconcile() time.Duration {
 			d := retryAfter(r.retries)
 			r.nextTry = time.Now().Add(d)
 			r.blocked = &failure{kind: failConfig, reason: pod.ReasonRunContainer, message: err.Error()}
+			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, pod.ReasonRunContainer, fmt.Sprintf("Instance %s could not be run: %v", spec.ID, err)))
 			r.mu.Unlock()
 			r.log.Warn("run instance", "instance", spec.ID, "err", err, "retryIn", d)
 			r.m.untrackPod(spec.ID)
 			next = minPositive(next, d)
 			continue
 		}
-		r.podChanged(spec.ID) // it may have changed before it was tracked
+		r.mu.Lock()
+		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
+		r.mu.Unlock()
+		r.emit([]event{created}) // before what podChanged tells of it
+		r.podChanged(spec.ID)    // it may have changed before it was tracked
 	}
 	for _, in := range toStop {
 		r.wg.Add(1)
@@ -765,10 +775,22 @@ func (r *revision) podChanged(id string) {
 		return
 	}
 	changed, first := false, false
+	var evs []event
+	defer func() { r.emit(evs) }()
+	if st.Pulling && in.pullSeen.IsZero() {
+		in.pullSeen = time.Now()
+		evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %s for instance %s", strings.Join(r.spec.refs, ", "), id)))
+	}
+	if !st.Pulling && !in.pullSeen.IsZero() && !in.pulled {
+		in.pulled = true
+		evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Pulled",
+			fmt.Sprintf("Pulled image %s for instance %s in %v", strings.Join(r.spec.refs, ", "), id, time.Since(in.pullSeen).Round(time.Millisecond))))
+	}
 	ready := st.Ready && !in.stopping
 	if in.ready != ready {
 		in.ready, changed = ready, true
 		if ready {
+			evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Started", fmt.Sprintf("Instance %s started and is ready", id)))
 			if !r.everReady {
 				r.log.Info("revision ready", "instance", id, "sinceCreated", time.Since(in.born))
 				first = true
@@ -785,6 +807,11 @@ func (r *revision) podChanged(id string) {
 		if f := st.LastFailure; f != nil {
 			r.fail = r.podFailure(f)
 			changed = true
+			msg := f.Message
+			if f.Container != "" {
+				msg = "container " + f.Container + ": " + msg
+			}
+			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, f.Reason, fmt.Sprintf("Instance %s: %s", id, msg)))
 		}
 	}
 	r.mu.Unlock()
@@ -833,6 +860,10 @@ func (r *revision) stop(in *instance) {
 		}
 		t.Stop()
 	}
+	r.mu.Lock()
+	ev := r.eventLocked(corev1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping instance %s", in.id))
+	r.mu.Unlock()
+	r.emit([]event{ev})
 	if err := r.m.opts.Pods.Stop(r.ctx, in.id, grace); err != nil {
 		r.log.Warn("stop instance", "instance", in.id, "err", err)
 	}
@@ -854,4 +885,28 @@ func (r *revision) instanceEnded(in *instance) {
 	}
 	r.poke()
 	r.m.notify(r.key)
+}
+
+// event is one lifecycle event about the revision, made under r.mu and
+// sent (emit) after it is released.
+type event struct {
+	about                corev1.ObjectReference
+	typ, reason, message string
+}
+
+// eventLocked makes an event about the revision; r.mu is held.
+func (r *revision) eventLocked(typ, reason, message string) event {
+	ref := corev1.ObjectReference{APIVersion: servingv1.SchemeGroupVersion.String(), Kind: "Revision",
+		Namespace: r.key.namespace, Name: r.key.name, UID: r.rev.UID}
+	return event{about: ref, typ: typ, reason: reason, message: message}
+}
+
+// emit sends events to Options.Event.
+func (r *revision) emit(evs []event) {
+	if r.m.opts.Event == nil {
+		return
+	}
+	for _, ev := range evs {
+		r.m.opts.Event(ev.about, ev.typ, ev.reason, ev.message)
+	}
 }

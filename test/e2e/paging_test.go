@@ -108,8 +108,10 @@ func TestKubectlChunksAndEvents(t *testing.T) {
 		t.Errorf("describe ksvc shows no events:\n%s", out)
 	}
 	t.Logf("kubectl describe ksvc hello:\n%s", out)
-	await("describe rev hello-00001", []string{"describe", "rev", "hello-00001"},
-		"RevisionReady", "Revision becomes ready upon all resources being ready")
+	out = await("describe rev hello-00001", []string{"describe", "rev", "hello-00001"},
+		"RevisionReady", "Revision becomes ready upon all resources being ready",
+		"kubelet", "Created instance hello-00001-", "Started", "Pulling", "Pulled")
+	t.Logf("kubectl describe rev hello-00001:\n%s", out[strings.Index(out, "Events:"):])
 	await("describe rev broken-00001", []string{"describe", "rev", "broken-00001"}, "Warning", "ContainerMissing")
 	out = await("get events", []string{"get", "events"}, "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE",
 		"service/hello", "revision/hello-00001", "RevisionReady", "configuration/broken", "Warning")
