@@ -103,6 +103,9 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		s.watchers[resource] = set
 	}
 	set[w] = struct{}{}
+	// Added under mu, so that Close, which sets closed under mu before it
+	// waits, never waits while a watch it did not see is being added.
+	s.wg.Add(1)
 	s.mu.Unlock()
 
 	// Outside mu, on the snapshot: events of this resource that lost their
@@ -111,13 +114,13 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		if rev, err := strippedMatch(tx, f, from, until); err != nil || rev > 0 {
 			_ = tx.Rollback()
 			s.unregister(w)
+			s.wg.Done()
 			if err == nil {
 				err = fmt.Errorf("watch %s from %d: the log no longer keeps the value of event %d: %w", resource, from, rev, ErrGone)
 			}
 			return nil, err
 		}
 	}
-	s.wg.Add(1)
 	go s.run(ctx, w, tx, initial, dbUntil, backlog)
 	return w.out, nil
 }
