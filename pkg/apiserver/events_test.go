@@ -12,6 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
@@ -125,4 +128,26 @@ func TestEventsBounded(t *testing.T) {
 		return len(n) == 3 && n[0] == "e2" && n[2] == "e4"
 	})
 	eventually(t, 30*time.Second, "the events to expire", func() bool { return len(names()) == 0 })
+}
+
+// TestEventsCountedByClientGoRecorder: client-go's recorder creates an
+// Event once and then patches its count, which the server accepts.
+func TestEventsCountedByClientGoRecorder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cm, err := e.kube.CoreV1().ConfigMaps("default").Create(ctx, configMap("default", "about", "1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := record.NewBroadcaster()
+	defer b.Shutdown()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "test"})
+	for range 3 {
+		rec.Event(cm, corev1.EventTypeWarning, "Again", "the same thing")
+	}
+	eventually(t, 30*time.Second, "one event counted 3 times", func() bool {
+		l, err := e.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=about"})
+		return err == nil && len(l.Items) == 1 && l.Items[0].Count == 3 && l.Items[0].InvolvedObject.UID == cm.UID
+	})
 }
