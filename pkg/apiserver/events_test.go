@@ -151,3 +151,29 @@ func TestEventsCountedByClientGoRecorder(t *testing.T) {
 		return err == nil && len(l.Items) == 1 && l.Items[0].Count == 3 && l.Items[0].InvolvedObject.UID == cm.UID
 	})
 }
+
+// TestEventsRBAC: Events are authorized as any kind: alice, who may edit
+// team-a, writes and reads its Events (core, as kube's edit role allows)
+// and not team-b's; carol, bound to nothing, reads none.
+func TestEventsRBAC(t *testing.T) {
+	e := newAuthEnv(t, nil)
+	ctx := context.Background()
+	ev := coreEvent("a.1", "x", "R", time.Now())
+	ev.Namespace, ev.InvolvedObject.Namespace = "team-a", "team-a"
+	alice := e.kube(aliceToken)
+	if _, err := alice.CoreV1().Events("team-a").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("alice creates an event in team-a: %v", err)
+	}
+	if _, err := alice.CoreV1().Events("team-a").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Errorf("alice lists team-a's events: %v", err)
+	}
+	if _, err := alice.CoreV1().Events("team-b").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice lists team-b's events: %v, want 403", err)
+	}
+	if _, err := alice.EventsV1().Events("team-b").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice lists team-b's events.k8s.io events: %v, want 403", err)
+	}
+	if _, err := e.kube(carolToken).CoreV1().Events("team-a").Get(ctx, "a.1", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("carol reads an event: %v, want 403", err)
+	}
+}
