@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -83,6 +84,13 @@ func TestEventsBothShapes(t *testing.T) {
 	old, err := evs.Get(ctx, "new.1", metav1.GetOptions{})
 	if err != nil || old.InvolvedObject.Name != "r" || old.Message != "n" || old.ReportingController != "example.com/ctl" {
 		t.Fatalf("core shape: %+v, %v", old, err)
+	}
+	// Patched in the new shape, read in the old.
+	if _, err := e.kube.EventsV1().Events("default").Patch(ctx, "new.1", types.MergePatchType, []byte(`{"note":"patched"}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if old, err := evs.Get(ctx, "new.1", metav1.GetOptions{}); err != nil || old.Message != "patched" {
+		t.Fatalf("patched note as message: %+v, %v", old, err)
 	}
 	// events.k8s.io's requirements, and a namespace that does not match.
 	_, err = e.kube.EventsV1().Events("default").Create(ctx, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "bad"}}, metav1.CreateOptions{})
