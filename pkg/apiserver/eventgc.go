@@ -16,8 +16,16 @@ import (
 // (Limits.EventTTL: an Event not seen again for that long goes), and also
 // by count per namespace (Limits.MaxEventsPerNamespace: the least recently
 // seen go first), so a noisy controller cannot fill the store. One loop
-// does both: it watches the Events to know each namespace's, and sweeps
-// the expired ones every tenth of the TTL (between a second and a minute).
+// does both from a watch of the Events, which tells it when each was last
+// seen: it trims a namespace as soon as it holds too many, and sweeps the
+// expired ones every tenth of the TTL (between a second and a minute).
+
+// seenEvent is what the loop keeps of an Event.
+type seenEvent struct {
+	key  store.Key
+	rev  int64 // the revision it was seen at: deleted only if unchanged
+	seen time.Time
+}
 
 // runEventGC deletes expired Events and those over a namespace's count,
 // until ctx ends.
@@ -40,94 +48,84 @@ func (s *Server) runEventGC(ctx context.Context) {
 				continue
 			}
 		}
-		names := map[string]map[string]bool{} // namespace -> names of its events
+		events := map[string]map[string]seenEvent{} // namespace -> name -> event
 	watch:
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				s.expireEvents(k, time.Now().Add(-s.limits.EventTTL))
+				s.expireEvents(events, time.Now().Add(-s.limits.EventTTL))
 			case ev, ok := <-ch:
 				if !ok {
 					break watch
 				}
 				key := ev.Entry.Key
+				ns := events[key.Namespace]
 				if ev.Type == store.Deleted {
-					delete(names[key.Namespace], key.Name)
-					if len(names[key.Namespace]) == 0 {
-						delete(names, key.Namespace)
+					delete(ns, key.Name)
+					if len(ns) == 0 {
+						delete(events, key.Namespace)
 					}
 					continue
 				}
-				if names[key.Namespace] == nil {
-					names[key.Namespace] = map[string]bool{}
+				if ns == nil {
+					ns = map[string]seenEvent{}
+					events[key.Namespace] = ns
 				}
-				names[key.Namespace][key.Name] = true
-				if len(names[key.Namespace]) > s.limits.MaxEventsPerNamespace {
-					s.trimEvents(k, key.Namespace)
+				se := seenEvent{key: key, rev: ev.Entry.Revision, seen: time.Now()}
+				if obj, err := decodeStored(k, ev.Entry.Value); err == nil {
+					if t := eventTime(obj.(*corev1.Event)); !t.IsZero() {
+						se.seen = t
+					}
+				}
+				ns[key.Name] = se
+				if len(ns) > s.limits.MaxEventsPerNamespace {
+					s.trimEvents(ns)
 				}
 			}
 		}
 	}
 }
 
-// storedEvent is an Event read for its bounds.
-type storedEvent struct {
-	entry store.Entry
-	seen  time.Time
-}
-
-// listEvents reads the Events of namespace ("" = all).
-func (s *Server) listEvents(k *Kind, namespace string) []storedEvent {
-	entries, _, err := s.store.List(k.storeResource(), namespace)
-	if err != nil {
-		s.log.Warn("listing events for their bounds", "err", err)
-		return nil
+// deleteEvent deletes an Event unless it changed since it was seen (the
+// watch reports the change), and says whether it is gone.
+func (s *Server) deleteEvent(e seenEvent) bool {
+	_, err := s.store.Delete(e.key, e.rev)
+	switch {
+	case err == nil, errors.Is(err, store.ErrNotFound):
+		return true
+	case !errors.Is(err, store.ErrConflict):
+		s.log.Warn("deleting an event", "namespace", e.key.Namespace, "name", e.key.Name, "err", err)
 	}
-	evs := make([]storedEvent, 0, len(entries))
-	for _, e := range entries {
-		obj, err := decodeStored(k, e.Value)
-		if err != nil {
-			continue
-		}
-		evs = append(evs, storedEvent{entry: e, seen: eventTime(obj.(*corev1.Event))})
-	}
-	return evs
-}
-
-// deleteEvent deletes an Event unless it changed since it was read.
-func (s *Server) deleteEvent(e store.Entry) {
-	if _, err := s.store.Delete(e.Key, e.Revision); err != nil && !isGoneOrChanged(err) {
-		s.log.Warn("deleting an event", "namespace", e.Key.Namespace, "name", e.Key.Name, "err", err)
-	}
-}
-
-func isGoneOrChanged(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict)
+	return false
 }
 
 // expireEvents deletes the Events last seen before cutoff.
-func (s *Server) expireEvents(k *Kind, cutoff time.Time) {
-	for _, e := range s.listEvents(k, "") {
-		if e.seen.Before(cutoff) {
-			s.deleteEvent(e.entry)
+func (s *Server) expireEvents(events map[string]map[string]seenEvent, cutoff time.Time) {
+	for _, ns := range events {
+		for _, e := range ns {
+			if e.seen.Before(cutoff) {
+				s.deleteEvent(e)
+			}
 		}
 	}
 }
 
-// trimEvents deletes the least recently seen Events of namespace beyond
+// trimEvents deletes the least recently seen Events of a namespace beyond
 // MaxEventsPerNamespace.
-func (s *Server) trimEvents(k *Kind, namespace string) {
-	evs := s.listEvents(k, namespace)
-	over := len(evs) - s.limits.MaxEventsPerNamespace
-	if over <= 0 {
-		return
+func (s *Server) trimEvents(ns map[string]seenEvent) {
+	evs := make([]seenEvent, 0, len(ns))
+	for _, e := range ns {
+		evs = append(evs, e)
 	}
-	slices.SortFunc(evs, func(a, b storedEvent) int {
-		return cmp.Or(a.seen.Compare(b.seen), cmp.Compare(a.entry.Revision, b.entry.Revision))
+	slices.SortFunc(evs, func(a, b seenEvent) int {
+		return cmp.Or(a.seen.Compare(b.seen), cmp.Compare(a.rev, b.rev))
 	})
-	for _, e := range evs[:over] {
-		s.deleteEvent(e.entry)
+	for _, e := range evs[:len(evs)-s.limits.MaxEventsPerNamespace] {
+		if s.deleteEvent(e) {
+			// Not counted again before the watch reports the deletion.
+			delete(ns, e.key.Name)
+		}
 	}
 }
