@@ -17,7 +17,9 @@ type PageOptions struct {
 	// Revision is the revision to read the list at; 0 means the latest.
 	// A past revision is read as the store was then, from the current
 	// objects and the event log: it fails with ErrGone when the log no
-	// longer holds a change made since, or the value an object had then.
+	// longer holds every event since, or no longer keeps the value an
+	// object had then (Options.EventLogBytes; see linkPrev for objects
+	// whose write left the log).
 	Revision int64
 	// StartNamespace and StartName: the page begins with the first object
 	// whose (namespace, name) is not less than them (byte order, namespace
@@ -69,6 +71,7 @@ type change struct {
 	okey    []byte
 	key     Key
 	typ     EventType
+	rev     int64 // the change's revision
 	prevRev int64 // the key's revision at the page's revision
 }
 
@@ -211,7 +214,7 @@ func changesSince(tx *bolt.Tx, f filter, at, cur int64, seek []byte) ([]change, 
 			continue
 		}
 		seen[r.key] = true
-		changes = append(changes, change{okey: okey, key: r.key, typ: r.typ, prevRev: r.prevRev})
+		changes = append(changes, change{okey: okey, key: r.key, typ: r.typ, rev: r.rev, prevRev: r.prevRev})
 	}
 	if next != cur+1 {
 		return nil, fmt.Errorf("revision %d: events after %d were compacted: %w", at, next-1, ErrGone)
@@ -221,8 +224,12 @@ func changesSince(tx *bolt.Tx, f filter, at, cur int64, seek []byte) ([]change, 
 }
 
 // valueAt reads from the log the value ch's key had before ch: the value
-// of the event at ch.prevRev.
+// of the event at ch.prevRev, or the copy kept for ch when that event left
+// the log (see linkPrev).
 func valueAt(tx *bolt.Tx, ch change) (Entry, error) {
+	if pv := tx.Bucket(bucketPrev).Get(encodeRevision(ch.rev)); pv != nil {
+		return Entry{Key: ch.key, Value: bytes.Clone(pv[1:]), Revision: ch.prevRev}, nil
+	}
 	k := encodeRevision(ch.prevRev)
 	v := tx.Bucket(bucketEvents).Get(k)
 	if v == nil {

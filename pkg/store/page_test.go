@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // pageAll reads the list of svc in ns at rev page by page, limit entries
@@ -86,13 +88,14 @@ func pageOps(t testing.TB, s *Store, ops []byte) [][]Entry {
 }
 
 // checkPages pages through every past revision and compares with the
-// snapshot taken then; ErrGone is allowed only when gone says so.
-func checkPages(t testing.TB, s *Store, snaps [][]Entry, goneOK bool) {
+// snapshot taken then; ErrGone is allowed only for revisions below
+// goneBelow.
+func checkPages(t testing.TB, s *Store, snaps [][]Entry, goneBelow int64) {
 	t.Helper()
 	for rev := int64(1); rev < int64(len(snaps)); rev++ {
 		for _, limit := range []int{0, 1, 2, 3} {
 			got, err := pageAll(t, s, "", rev, limit)
-			if errors.Is(err, ErrGone) && goneOK {
+			if errors.Is(err, ErrGone) && rev < goneBelow {
 				continue
 			}
 			if err != nil {
@@ -109,7 +112,7 @@ func TestListPageConsistent(t *testing.T) {
 	s, _ := openTest(t, Options{})
 	ops := []byte{0, 1, 2, 3, 4, 1, 2, 16, 5, 17, 18, 0, 32, 1, 2, 3, 48, 19, 20, 4}
 	snaps := pageOps(t, s, ops)
-	checkPages(t, s, snaps, false)
+	checkPages(t, s, snaps, 0)
 
 	// One namespace, and the count of what remains.
 	p, err := s.ListPage(svc, "b", PageOptions{Revision: 5, Limit: 1})
@@ -158,11 +161,16 @@ func TestListPageGone(t *testing.T) {
 }
 
 // FuzzListPage checks paged lists at every past revision against the
-// lists taken then, with a log small enough to lose history (ErrGone
-// allowed) or large enough to keep it all (no ErrGone).
+// lists taken then. With the defaults the log keeps everything: no
+// ErrGone. With a small log, a revision whose later events the log still
+// holds reads as it was, objects untouched for longer than the log
+// included; only older revisions may be gone. With a small log of values
+// too (logSize >= 128), any may be gone.
 func FuzzListPage(f *testing.F) {
 	f.Add(byte(0), []byte{0, 1, 2, 3, 4, 16, 17, 2, 32, 5, 48, 0})
 	f.Add(byte(3), []byte{0, 1, 0, 1, 0, 1, 2, 3, 18, 19, 2, 3, 4})
+	f.Add(byte(2), []byte{0, 1, 2, 3, 5, 5, 5, 5, 5, 5, 5, 0, 1, 2, 16, 17})
+	f.Add(byte(130), []byte{0, 1, 2, 3, 4, 16, 17, 2, 32, 5, 48, 0})
 	f.Fuzz(func(t *testing.T, logSize byte, ops []byte) {
 		if len(ops) > maxFuzzOps {
 			ops = ops[:maxFuzzOps]
@@ -171,12 +179,88 @@ func FuzzListPage(f *testing.F) {
 		if logSize != 0 {
 			opts = Options{EventLogSize: int(logSize%16) + 1, ringSize: 1}
 		}
+		if logSize >= 128 {
+			opts.EventLogBytes = 8
+		}
 		s, err := Open(filepath.Join(t.TempDir(), "store.db"), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = s.Close() }()
 		snaps := pageOps(t, s, ops)
-		checkPages(t, s, snaps, logSize != 0)
+		s.mu.Lock()
+		goneBelow := s.compacted
+		if logSize >= 128 {
+			goneBelow = s.Revision() + 1
+		}
+		s.mu.Unlock()
+		checkPages(t, s, snaps, goneBelow)
+		checkLogBytes(t, s)
 	})
+}
+
+// checkLogBytes: the bytes of values the log counts are those it holds,
+// as a reopening counts them.
+func checkLogBytes(t testing.TB, s *Store) {
+	t.Helper()
+	var want int64
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEvents).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r, err := decodeRecord(k, v, false)
+			if err != nil {
+				return err
+			}
+			want += r.size()
+		}
+		return tx.Bucket(bucketPrev).ForEach(func(k, v []byte) error {
+			if tx.Bucket(bucketEvents).Get(k) == nil {
+				return fmt.Errorf("prev value kept for event %x, which the log dropped", k)
+			}
+			want += int64(len(v) - 1)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	got := s.logBytes
+	s.mu.Unlock()
+	if got != want {
+		t.Fatalf("log counts %d bytes of values, holds %d", got, want)
+	}
+}
+
+// TestListPageOldObjectChanged: an object written long before the log's
+// start and changed after the first page still reads as it was, from the
+// copy its change keeps; after a reopen too.
+func TestListPageOldObjectChanged(t *testing.T) {
+	s, path := openTest(t, Options{EventLogSize: 4})
+	old := Key{svc, "a", "old"}
+	mustCreate(t, s, old, "v1")
+	for i := range 10 {
+		mustCreate(t, s, Key{svc, "b", fmt.Sprint("n", i)}, "x")
+	}
+	first, err := s.ListPage(svc, "", PageOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustUpdate(t, s, old, "v2")
+	mustDelete(t, s, Key{svc, "b", "n9"})
+	check := func(s *Store) {
+		t.Helper()
+		got, err := pageAll(t, s, "", first.Revision, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 11 || got[0].Key != old || string(got[0].Value) != "v1" || got[0].Revision != 1 || got[10].Key.Name != "n9" {
+			t.Fatalf("pages at %d: %v", first.Revision, got)
+		}
+	}
+	check(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check(openAt(t, path, Options{EventLogSize: 4}))
 }
