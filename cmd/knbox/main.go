@@ -69,6 +69,15 @@ func serveCommand() *cobra.Command {
 			if cmd.Flags().Changed("keep-instances") {
 				cfg.Restart.KeepInstances = &keepInstances
 			}
+			if cmd.Flags().Changed("metrics-addr") {
+				cfg.Observability.MetricsAddr = flags.Observability.MetricsAddr
+			}
+			if cmd.Flags().Changed("log-format") {
+				cfg.Observability.LogFormat = flags.Observability.LogFormat
+			}
+			if cmd.Flags().Changed("access-log") {
+				cfg.Observability.AccessLog.Enabled = flags.Observability.AccessLog.Enabled
+			}
 			if cmd.Flags().Changed("handover-timeout") {
 				cfg.Restart.HandoverTimeout = handover.String()
 			}
@@ -79,7 +88,11 @@ func serveCommand() *cobra.Command {
 			if debug {
 				level = slog.LevelDebug
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+			if cfg.Observability.LogFormat == "json" {
+				handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+			}
+			log := slog.New(handler)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return daemon.Run(ctx, cfg, log, func(api, data string) {
@@ -94,6 +107,9 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&flags.APIAddr, "api-addr", def.APIAddr, "address of the Kubernetes-style API (HTTPS)")
 	f.StringVar(&flags.HTTPAddr, "http-addr", def.HTTPAddr, "address of the data plane (HTTP)")
 	f.StringVar(&flags.TokenAuthFile, "token-auth-file", "", "extra bearer tokens, CSV as kube-apiserver's: token,user,uid,\"group1,group2\"")
+	f.StringVar(&flags.Observability.MetricsAddr, "metrics-addr", "", "also serve /metrics over plain HTTP, without authentication, at this address (observability.metricsAddr)")
+	f.BoolVar(&flags.Observability.AccessLog.Enabled, "access-log", false, "log every data plane request as a JSON line (observability.accessLog.enabled)")
+	f.StringVar(&flags.Observability.LogFormat, "log-format", "text", "knbox's own log format: text or json (observability.logFormat)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	f.BoolVar(&keepInstances, "keep-instances", true, "leave instances running at exit, for the next knbox to adopt (restart.keepInstances)")
 	f.DurationVar(&handover, "handover-timeout", config.DefaultHandoverTimeout, "how long an exiting knbox keeps its listening sockets for the next one (restart.handoverTimeout)")

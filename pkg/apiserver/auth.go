@@ -154,6 +154,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) (*http.Reques
 		writeError(w, apierrors.NewBadRequest(fmt.Sprintf("the path %q names no resource: %v", r.URL.Path, err)))
 		return nil, false
 	}
+	if o, ok := w.(*observed); ok {
+		o.info = ri // refused requests count by their attributes too
+	}
 	attrs := attributes(u, ri)
 	d, reason, err := s.authz.Authorize(r.Context(), attrs)
 	if err != nil {

@@ -74,6 +74,13 @@ type Options struct {
 	// PodUID returns the UID of the Pod (instance) namespace/name, for
 	// tokens bound to one; nil: tokens cannot be bound to Pods.
 	PodUID func(namespace, name string) (types.UID, error)
+	// Metrics, if not nil, serves /metrics, authorized as kube-apiserver
+	// authorizes it (RBAC: get on the non-resource URL /metrics, which the
+	// default policy grants to the group system:monitoring).
+	Metrics http.Handler
+	// Observe, if not nil, is told about every request once it has ended,
+	// the refused ones included (see RequestRecord).
+	Observe func(RequestRecord)
 }
 
 // LogOptions are the query parameters of the log subresource.
@@ -95,7 +102,9 @@ type Server struct {
 	gc workqueue.RateLimitingInterface
 
 	openapiOnce sync.Once
-	openapi     map[string][]byte // group-version path -> OpenAPI v3 document
+	openapi     *openAPI // the OpenAPI documents (openapi.go)
+	openapiErr  error
+	fms         fieldManagers // server-side apply (apply.go)
 
 	limits   Limits   // Options.Limits with defaults
 	inflight inflight // requests being served, by class
@@ -180,6 +189,14 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	var obs *observed
+	if s.opts.Observe != nil {
+		// Deferred first, so it runs last: after a panic was answered.
+		obs = &observed{ResponseWriter: w}
+		w = obs
+		start, method, ct := time.Now(), r.Method, r.Header.Get("Content-Type")
+		defer func() { s.opts.Observe(s.record(obs, method, ct, time.Since(start))) }()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -203,6 +220,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	if r.URL.Path == "/metrics" && s.opts.Metrics != nil {
+		s.opts.Metrics.ServeHTTP(w, r)
+		return
+	}
 	p := strings.TrimSuffix(r.URL.Path, "/")
 	if rest, ok := strings.CutPrefix(p, "/knbox/v1/"); ok {
 		name, _, _ := strings.Cut(rest, "/")
@@ -224,8 +245,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveAPIVersions(w, r)
 	case p == "/apis":
 		s.serveAPIGroups(w, r)
+	case p == "/openapi/v2":
+		s.serveOpenAPIV2(w, r)
 	case p == "/openapi/v3" || strings.HasPrefix(p, "/openapi/v3/"):
-		s.serveOpenAPIV3(w, r, strings.TrimPrefix(strings.TrimPrefix(p, "/openapi/v3"), "/"))
+		s.serveOpenAPIV3(w, r)
 	case strings.HasPrefix(p, "/api/"):
 		s.serveGroupPath(w, r, "", strings.Split(strings.TrimPrefix(p, "/api/"), "/"))
 	case strings.HasPrefix(p, "/apis/"):

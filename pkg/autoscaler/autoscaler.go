@@ -229,3 +229,16 @@ func (a *Autoscaler) decideLocked(rev string, r *revisionState) {
 		}
 	}
 }
+
+// Each calls f with every revision's spec and last decision, for metrics
+// read when scraped. f runs with the Autoscaler's lock held: it must be
+// quick and must not call back into the Autoscaler.
+func (a *Autoscaler) Each(f func(rev string, spec Spec, d Decision)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for rev, r := range a.revs {
+		if r.decided {
+			f(rev, r.decider.Spec(), r.last)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -253,5 +254,35 @@ func eventually(t *testing.T, cond func() bool, timeout time.Duration) {
 			t.Fatal("condition not met in time")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAutoscalerEach: every decided revision with its spec and last
+// decision, for metrics; a deleted one is gone.
+func TestAutoscalerEach(t *testing.T) {
+	t.Parallel()
+	clk := testingclock.NewFakeClock(t0)
+	rec := &recorder{ready: map[string]int32{"ns/a": 4}}
+	a := New(rec.options(clk, t))
+	a.Upsert("ns/a", mustSpec(t, nil, nil, 0), true)
+	a.Upsert("ns/b", mustSpec(t, nil, map[string]string{as + "target": "7"}, 0), true)
+	seen := map[string]Decision{}
+	targets := map[string]float64{}
+	a.Each(func(rev string, spec Spec, d Decision) {
+		seen[rev], targets[rev] = d, spec.Target
+	})
+	if len(seen) != 2 || seen["ns/a"].Desired != 4 || !seen["ns/a"].Panic || math.Abs(targets["ns/b"]-4.9) > 1e-9 {
+		t.Errorf("Each: %+v targets %v", seen, targets)
+	}
+	a.Delete("ns/a")
+	n := 0
+	a.Each(func(rev string, _ Spec, _ Decision) {
+		n++
+		if rev != "ns/b" {
+			t.Errorf("Each after Delete: %s", rev)
+		}
+	})
+	if n != 1 {
+		t.Errorf("Each after Delete: %d revisions", n)
 	}
 }

@@ -119,6 +119,9 @@ type Config struct {
 	PodSecurity PodSecurity `json:"podSecurity,omitempty"`
 	// RuntimeClasses says which RuntimeClasses namespaces may use.
 	RuntimeClasses RuntimeClasses `json:"runtimeClasses,omitempty"`
+	// Observability configures /metrics and the access log
+	// (observability.go).
+	Observability Observability `json:"observability,omitempty"`
 }
 
 // Default returns the configuration used when there is no file.
@@ -174,6 +177,7 @@ func parse(b []byte) (*Config, error) {
 		PodSecurity:         f.PodSecurity,
 		RuntimeClasses:      f.RuntimeClasses,
 		Restart:             f.Restart,
+		Observability:       f.Observability,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -222,6 +226,7 @@ type fileConfig struct {
 	PodSecurity         PodSecurity                           `json:"podSecurity"`
 	RuntimeClasses      RuntimeClasses                        `json:"runtimeClasses"`
 	Restart             Restart                               `json:"restart"`
+	Observability       Observability                         `json:"observability"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -255,6 +260,7 @@ func cleanYAMLError(err error) error {
 }
 
 func (c *Config) applyDefaults() {
+	c.Observability.applyDefaults()
 	if c.APIAddr == "" {
 		c.APIAddr = DefaultAPIAddr
 	}
@@ -354,6 +360,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateTenants(); err != nil {
+		return err
+	}
+	if err := c.Observability.validate(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {

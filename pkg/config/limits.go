@@ -24,6 +24,9 @@ type Limits struct {
 	Disk   DiskLimits   `json:"disk,omitempty"`
 	Images ImageLimits  `json:"images,omitempty"`
 	Events EventLimits  `json:"events,omitempty"`
+	// EphemeralStorage is the pods' local storage, measured and limited as
+	// the kubelet's eviction manager does (see package pod).
+	EphemeralStorage EphemeralStorageLimits `json:"ephemeralStorage,omitempty"`
 }
 
 // EventLimits bound the Events (core/v1 and events.k8s.io/v1) the API keeps.
@@ -34,6 +37,25 @@ type EventLimits struct {
 	// MaxPerNamespace Events are kept in a namespace; beyond, the least
 	// recently updated are deleted.
 	MaxPerNamespace int `json:"maxPerNamespace,omitempty"`
+}
+
+// EphemeralStorageLimits bound what instances write on the data dir's
+// disk: their containers' writable layers and emptyDir volumes. An
+// instance over its containers' limits.ephemeral-storage or an emptyDir
+// over its sizeLimit is evicted (reason Evicted on the Revision).
+type EphemeralStorageLimits struct {
+	// Interval between two measures of an instance (the kubelet's
+	// housekeeping interval).
+	Interval Duration `json:"interval,omitempty"`
+	// DefaultContainerLimit is the limit of a container that sets no
+	// limits.ephemeral-storage; 0 (the default): none, as on Kubernetes.
+	// An operator running strangers' code sets one.
+	DefaultContainerLimit ByteSize `json:"defaultContainerLimit,omitempty"`
+	// MaxFiles and MaxDepth bound one measure's walk of an instance's
+	// storage; an instance that holds more (or deeper) is evicted, since
+	// its usage cannot be measured.
+	MaxFiles int `json:"maxFiles,omitempty"`
+	MaxDepth int `json:"maxDepth,omitempty"`
 }
 
 // ServerLimits bound an HTTP listener's connections.
@@ -161,8 +183,14 @@ const (
 	DefaultPullBackoff      = 10 * time.Second
 	DefaultMaxPullBackoff   = 5 * time.Minute
 
-	DefaultEventTTL              = time.Hour // kube-apiserver's --event-ttl
-	DefaultMaxEventsPerNamespace = 1000
+	DefaultEventTTL                 = time.Hour // kube-apiserver's --event-ttl
+	DefaultMaxEventsPerNamespace    = 1000
+	DefaultEphemeralStorageInterval = 10 * time.Second // the kubelet's
+	DefaultEphemeralStorageMaxFiles = 500000
+	DefaultEphemeralStorageMaxDepth = 256
+	// MaxEphemeralStorageMaxDepth: a measure holds a directory open per
+	// level.
+	MaxEphemeralStorageMaxDepth = 4096
 )
 
 func (l *Limits) applyDefaults() {
@@ -198,6 +226,10 @@ func (l *Limits) applyDefaults() {
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
 	defDuration(&l.Events.TTL, DefaultEventTTL)
 	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
+	e := &l.EphemeralStorage
+	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
+	defInt(&e.MaxFiles, DefaultEphemeralStorageMaxFiles)
+	defInt(&e.MaxDepth, DefaultEphemeralStorageMaxDepth)
 }
 
 func defInt(v *int, d int) {
@@ -273,6 +305,16 @@ func (l *Limits) validate() error {
 	pos("events.maxPerNamespace", int64(l.Events.MaxPerNamespace))
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
+	}
+	e := l.EphemeralStorage
+	posDur("ephemeralStorage.interval", e.Interval)
+	if e.DefaultContainerLimit < 0 {
+		errs = append(errs, fmt.Errorf("limits.ephemeralStorage.defaultContainerLimit: must not be negative (0: none), was %d", e.DefaultContainerLimit))
+	}
+	pos("ephemeralStorage.maxFiles", int64(e.MaxFiles))
+	pos("ephemeralStorage.maxDepth", int64(e.MaxDepth))
+	if e.MaxDepth > MaxEphemeralStorageMaxDepth {
+		errs = append(errs, fmt.Errorf("limits.ephemeralStorage.maxDepth: at most %d (a measure holds a directory open per level), was %d", MaxEphemeralStorageMaxDepth, e.MaxDepth))
 	}
 	if i.MaxImageBytes < i.MaxLayerBytes || i.MaxImageFiles < i.MaxLayerFiles {
 		errs = append(errs, errors.New("limits.images: an image's limits (maxImageBytes, maxImageFiles) must not be below a layer's"))

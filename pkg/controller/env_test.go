@@ -66,6 +66,10 @@ func (f *fakeRuntime) Ensure(_ context.Context, rev *servingv1.Revision) (contro
 	if strings.Contains(rev.Spec.Containers[0].Image, "crash") {
 		return controller.RevisionState{Failed: true, Reason: "ExitCode1", Message: "Container failed with: boom"}, nil
 	}
+	if strings.Contains(rev.Spec.Containers[0].Image, "held") {
+		return controller.RevisionState{Ready: true, Actual: 1, HeldReason: "ExceededQuota",
+			HeldMessage: "scale to 3 held: exceeded quota: compute, requested: limits.memory=48Mi, used: limits.memory=96Mi, limited: limits.memory=128Mi"}, nil
+	}
 	return controller.RevisionState{Ready: true, Actual: 1}, nil
 }
 

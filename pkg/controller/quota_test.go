@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/controller"
 )
 
 // TestRevisionRefusedByQuota: a Revision the namespace's quota refuses
@@ -59,4 +61,30 @@ func TestRevisionRefusedByQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.readyAt("q", "q-00002")
+}
+
+// TestScaleHeldCondition: a scale-up the runtime holds (a quota) shows on
+// the Revision as condition Scaled False (Warning) with the quota's
+// message, and the Revision stays Ready.
+func TestScaleHeldCondition(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.client.ServingV1().Services("default").Create(ctx, ksvc("held", "example.com/held:v1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the held condition", func() error {
+		rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "held-00001", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if rc := rev.Status.GetCondition(apis.ConditionReady); rc == nil || !rc.IsTrue() {
+			return fmt.Errorf("revision ready %+v", rc)
+		}
+		c := rev.Status.GetCondition(controller.ConditionScaled)
+		if c == nil || !c.IsFalse() || c.Severity != apis.ConditionSeverityWarning || c.Reason != "ExceededQuota" ||
+			!strings.Contains(c.Message, "exceeded quota: compute") {
+			return fmt.Errorf("condition Scaled %+v", c)
+		}
+		return nil
+	})
 }

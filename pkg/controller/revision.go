@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
@@ -80,6 +82,12 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 		}
 		rev.Status.MarkResourcesAvailableUnknown(reason, st.Message)
 		rev.Status.MarkContainerHealthyUnknown(reason, st.Message)
+	}
+	if mgr := rev.GetConditionSet().Manage(&rev.Status); st.HeldReason != "" && !st.Failed {
+		mgr.SetCondition(apis.Condition{Type: ConditionScaled, Status: corev1.ConditionFalse,
+			Severity: apis.ConditionSeverityWarning, Reason: st.HeldReason, Message: st.HeldMessage})
+	} else {
+		_ = mgr.ClearCondition(ConditionScaled)
 	}
 	switch {
 	case known && active:

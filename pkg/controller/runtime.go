@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 
+	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
@@ -44,7 +45,19 @@ type RevisionState struct {
 	// of the container itself.
 	ResourcesFailed bool
 	Actual          int32 // ready instances
+	// HeldReason and HeldMessage: a scale-up is held (a ResourceQuota of
+	// the namespace) while the revision is Ready; shown as the Revision's
+	// condition ConditionScaled, False with severity Warning.
+	HeldReason, HeldMessage string
 }
+
+// ConditionScaled is the Revision condition that says a scale-up is held
+// (False, severity Warning, with the reason and the quota's message); it is
+// absent otherwise. It does not change Ready: the instances that run serve.
+// (Knative on a cluster marks ResourcesAvailable False instead, from the
+// Deployment's ReplicaFailure, and so takes a Ready revision out of
+// service; knbox reports a held scale-up without doing that.)
+const ConditionScaled apis.ConditionType = "Scaled"
 
 // Scaler is the autoscaler as the Revision reconciler sees it (Knative's
 // PodAutoscaler): the one owner of a revision's desired scale and of its

@@ -46,7 +46,7 @@ type controllerRuntime struct{ *replicas.Manager }
 func (a controllerRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) (controller.RevisionState, error) {
 	st, err := a.Manager.Ensure(ctx, rev)
 	return controller.RevisionState{Ready: st.Ready, Failed: st.Failed, Reason: st.Reason, Message: st.Message,
-		ResourcesFailed: st.ResourcesFailed, Actual: st.Actual}, err
+		ResourcesFailed: st.ResourcesFailed, Actual: st.Actual, HeldReason: st.HeldReason, HeldMessage: st.HeldMessage}, err
 }
 
 var _ controller.Runtime = controllerRuntime{}

@@ -47,6 +47,7 @@ import (
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/listener"
 	"github.com/knbox/knbox/pkg/logs"
+	"github.com/knbox/knbox/pkg/metrics"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pki"
 	"github.com/knbox/knbox/pkg/pod"
@@ -88,6 +89,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if cfg.HTTPSAddr != "" {
 		addrs["https"] = cfg.HTTPSAddr
 	}
+	if cfg.Observability.MetricsAddr != "" {
+		addrs["metrics"] = cfg.Observability.MetricsAddr
+	}
 	socks, err := listener.Open(ctx, addrs, filepath.Join(cfg.DataDir, handoverSocket), handoverWait+stopTimeout, log)
 	if err != nil {
 		return err
@@ -115,9 +119,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), storeOptions(cfg), handoverWait+stopTimeout)
+	// Metrics and the access log: the store, the router, the autoscaler
+	// and the pods are added once they exist.
+	accessLog, closeAccessLog, err := openAccessLog(cfg.Observability.AccessLog)
+	if err != nil {
+		return err
+	}
+	defer closeAccessLog()
+	var revLabels revisionLabels
+	mtr := metrics.New(metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength})
+	stOpts := storeOptions(cfg)
+	stOpts.ObserveCommit = mtr.ObserveStoreCommit
+	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), stOpts, handoverWait+stopTimeout)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
+	}
+	if err := mtr.AddStore(st.Watchers); err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
 	storeOpen := true
 	closeStore := func() {
@@ -131,6 +149,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	iopts.ObservePull = mtr.ObserveImagePull
 	images, err := image.Open(iopts)
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
@@ -176,6 +195,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Logger:               log,
 		ServiceAccountTokens: saTokens,
 		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
+		Metrics:              mtr.Handler(),
+		Observe:              observeAPI(mtr),
 		Extensions: map[string]http.Handler{
 			"images": image.Handler(images, func(context.Context) ([]string, error) {
 				if c := ctl.Load(); c != nil {
@@ -222,7 +243,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
 
 	clientCfg := internalConfig(apiURL, creds.CACertPEM, internalToken)
@@ -273,15 +294,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
 	pods, err := pod.New(pod.Options{
-		Images:      images,
-		Handlers:    handlers,
-		StateDir:    filepath.Join(cfg.DataDir, "instances", "instances"),
-		Egress:      egress,
-		Nameservers: nameservers,
-		Policy:      policy,
-		ShimCommand: []string{self, "shim"},
-		PullTimeout: dep.ProgressDeadline,
-		Logger:      log.With("component", "pod"),
+		Images:           images,
+		Handlers:         handlers,
+		StateDir:         filepath.Join(cfg.DataDir, "instances", "instances"),
+		Egress:           egress,
+		Nameservers:      nameservers,
+		Policy:           policy,
+		ShimCommand:      []string{self, "shim"},
+		PullTimeout:      dep.ProgressDeadline,
+		EphemeralStorage: ephemeralStorage(cfg),
+		Logger:           log.With("component", "pod"),
 	})
 	if err != nil {
 		return err
@@ -304,7 +326,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Scale:     scaler,
 		Informers: inputs,
 		// The API serves ServiceAccounts: their imagePullSecrets count.
-		ServiceAccounts:     true,
+		ServiceAccounts: true,
+		// Projected serviceAccountToken volumes: the API server issues the
+		// tokens in process, as kube-apiserver's TokenRequest does for the kubelet.
+		Tokens: srv,
+		// Scale-ups are held by the namespaces' ResourceQuotas, on the
+		// ledger admission checks new Revisions against.
+		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
 		Event:               instanceEvents(events),
 		ProgressDeadline:    dep.ProgressDeadline,
@@ -325,8 +353,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			mgr.Poke(ns, rev)
 		},
 		External: true,
+		Observer: mtr,
 		Logger:   log.With("component", "router"),
 	})
+	if err != nil {
+		return err
+	}
+	if err := addCollectors(mtr, rt, as, mgr, pods); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	revInformers, err := revLabels.start(runCtx, sc, mtr)
 	if err != nil {
 		return err
 	}
@@ -336,7 +372,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
+	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
 	go func() {
@@ -375,6 +412,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{dcert}, MinVersion: tls.VersionTLS12}})
 		go func() { errc <- dataTLS.ServeTLS(tlsLn, "", "") }()
 	}
+	var metricsSrv *http.Server
+	metricsLn := socks.Listener("metrics")
+	if metricsLn == nil && cfg.Observability.MetricsAddr != "" {
+		// systemd passed the other sockets but not this one.
+		if metricsLn, err = net.Listen("tcp", cfg.Observability.MetricsAddr); err != nil {
+			return fmt.Errorf("observability.metricsAddr: %w", err)
+		}
+	}
+	if ln := metricsLn; ln != nil {
+		metricsSrv = metricsServer(mtr)
+		go func() { errc <- metricsSrv.Serve(ln) }()
+		log.Info("serving /metrics without authentication", "addr", ln.Addr().String())
+	}
 	if err := socks.ServeHandover(filepath.Join(cfg.DataDir, handoverSocket)); err != nil {
 		log.Warn("no handover of the listening sockets to a successor", "err", err)
 	}
@@ -405,11 +455,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if dataTLS != nil {
 		shutdown(dataTLS, drainTimeout)
 	}
+	if metricsSrv != nil {
+		shutdown(metricsSrv, apiShutdownTimeout)
+	}
 	cancel()
-	for range 3 {
+	for range 4 {
 		<-done
 	}
 	inputs.Shutdown()
+	revInformers.Shutdown()
 	stop, cancelStop := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancelStop()
 	if cfg.KeepsInstances() {

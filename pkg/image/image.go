@@ -101,6 +101,10 @@ type Options struct {
 	Keychain authn.Keychain
 	// Limits bound what an image may take; see Limits.
 	Limits Limits
+	// ObservePull, if not nil, is told of each image fetched from a
+	// registry (not of cached ones): how long the fetch and unpack took and
+	// how many compressed bytes the manifest lists (config and layers).
+	ObservePull func(d time.Duration, bytes int64)
 	// SkipTagResolving lists registries (host or host:port, as Knative's
 	// registries-skipping-tag-resolving) whose tags are resolved from the
 	// local tag index only (loaded images), never by asking the registry.
@@ -160,6 +164,7 @@ type Store struct {
 
 	limits  Limits
 	skip    []string
+	observe func(time.Duration, int64)
 	backoff backoff // of blobs whose content failed
 }
 
@@ -182,6 +187,7 @@ func Open(opts Options) (*Store, error) {
 		keychain: opts.Keychain,
 		limits:   opts.Limits.withDefaults(),
 		skip:     append([]string(nil), opts.SkipTagResolving...),
+		observe:  opts.ObservePull,
 	}
 	s.backoff = backoff{first: s.limits.PullBackoff, max: s.limits.MaxPullBackoff, now: time.Now}
 	if s.keychain == nil {

@@ -111,7 +111,12 @@ func (s *Store) Pull(ctx context.Context, ref string, kc authn.Keychain) (*Image
 		if img, err := s.cached(d.DigestStr(), repo); err == nil {
 			return img, nil
 		}
-		return s.pullRemote(ctx, d, kc)
+		start := time.Now()
+		img, size, err := s.pullRemote(ctx, d, kc)
+		if err == nil && size > 0 && s.observe != nil {
+			s.observe(time.Since(start), size)
+		}
+		return img, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
@@ -124,46 +129,48 @@ func (s *Store) Pull(ctx context.Context, ref string, kc authn.Keychain) (*Image
 	return img.withRef(repo + "@" + img.Digest), nil
 }
 
-// pullRemote fetches an image from its registry into the cache.
-func (s *Store) pullRemote(ctx context.Context, d name.Digest, kc authn.Keychain) (*Image, error) {
+// pullRemote fetches an image from its registry into the cache. size is
+// what the manifest lists of compressed bytes (config and layers); 0 when
+// the image turned out to be cached.
+func (s *Store) pullRemote(ctx context.Context, d name.Digest, kc authn.Keychain) (_ *Image, size int64, err error) {
 	opts := s.remoteOptions(ctx, kc)
 	desc, err := remote.Get(d, opts...)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// A digest of an index: take this platform's image from it.
 	for depth := 0; desc.MediaType.IsIndex(); depth++ {
 		if depth == 3 {
-			return nil, errors.New("image indexes nested too deeply")
+			return nil, 0, errors.New("image indexes nested too deeply")
 		}
 		child, err := pickPlatform(desc.Manifest)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		d = d.Context().Digest(child.Digest.String())
 		if img, err := s.cached(d.DigestStr(), d.Context().Name()); err == nil {
-			return img, nil
+			return img, 0, nil
 		}
 		if desc, err = remote.Get(d, opts...); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if !desc.MediaType.IsImage() {
-		return nil, unsupportedManifest(desc.MediaType)
+		return nil, 0, unsupportedManifest(desc.MediaType)
 	}
 	// The limits that the manifest alone tells, before anything else is
 	// fetched.
 	m, err := s.checkManifest(desc.Manifest)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	img, err := desc.Image()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	config, err := img.RawConfigFile()
 	if err != nil {
-		return nil, fmt.Errorf("fetch config: %w", err)
+		return nil, 0, fmt.Errorf("fetch config: %w", err)
 	}
 	src := source{
 		digest:   desc.Digest,
@@ -180,7 +187,12 @@ func (s *Store) pullRemote(ctx context.Context, d name.Digest, kc authn.Keychain
 			return layer.Compressed()
 		}})
 	}
-	return s.add(ctx, src)
+	size = m.Config.Size
+	for _, l := range m.Layers {
+		size += l.Size
+	}
+	out, err := s.add(ctx, src)
+	return out, size, err
 }
 
 // checkManifest parses an image manifest and checks the limits it alone

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -204,7 +205,16 @@ func TestPullTwiceIsACacheHit(t *testing.T) {
 	var c counter
 	host := imagetest.StartRegistryWith(t, c.wrap)
 	root := filepath.Join(t.TempDir(), "images")
-	s := newStore(t, func(o *image.Options) { o.Root = root })
+	var pulls []int64 // bytes of each fetch ObservePull was told of
+	s := newStore(t, func(o *image.Options) {
+		o.Root = root
+		o.ObservePull = func(d time.Duration, n int64) {
+			if d <= 0 {
+				t.Errorf("pull duration %v", d)
+			}
+			pulls = append(pulls, n)
+		}
+	})
 	cfg := image.Config{
 		Entrypoint:   []string{"/bin/app", "serve"},
 		Cmd:          []string{"--port=8080"},
@@ -244,6 +254,10 @@ func TestPullTwiceIsACacheHit(t *testing.T) {
 	}
 	if !slices.Equal(again.Layers, img.Layers) || again.Digest != img.Digest {
 		t.Errorf("second Pull = %+v, want %+v", again, img)
+	}
+	// One fetch observed, of the manifest's compressed bytes.
+	if len(pulls) != 1 || pulls[0] < 3 {
+		t.Errorf("ObservePull calls %v, want one with the image's size", pulls)
 	}
 
 	// A second Store on the same Root (a restart) has it cached too.

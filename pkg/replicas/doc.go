@@ -7,7 +7,12 @@
 // RuntimeClass, each container's environment (PORT, K_SERVICE,
 // K_CONFIGURATION, K_REVISION, then envFrom, then env with valueFrom of
 // Secrets, ConfigMaps, fieldRef and resourceFieldRef resolved), its Secret,
-// ConfigMap and projected volumes read into files, its image pull secrets
+// ConfigMap and projected volumes read into files (a projected
+// serviceAccountToken source gets a token of the Revision's ServiceAccount,
+// "default" if it names none, from Options.Tokens, issued for each instance
+// and rewritten in place after 80% of its lifetime or 24 hours, as the
+// kubelet does; a refresh that fails keeps the old token and is tried again
+// in 10s), its image pull secrets
 // (its own and its ServiceAccount's), its probes defaulted (a TCP probe of
 // the port) and the serving container picked (the one with the port).
 //
@@ -34,6 +39,20 @@
 // gets another attempt; the autoscaler, poked as well, scales it from
 // zero. A Revision is Ready once one instance has passed its readiness
 // probe; it stays Ready when scaled to zero.
+//
+// # Quota
+//
+// With Options.Quota (the namespaces' quota ledger), every instance
+// reserves its resources before it is run, with the namespace's LimitRange
+// defaults (which it then runs with), and releases them when it has
+// stopped; instances adopted after a restart are tracked without a check.
+// A scale-up that would cross a ResourceQuota is held: the instance is not
+// made, and the state says so with reason ExceededQuota and the quota's
+// text (quota, resources, used, requested, hard): as HeldReason and
+// HeldMessage while instances are ready, as a resources failure while none
+// is. It is tried again with the backoff below, and at once when an
+// instance of the namespace stops or a ResourceQuota changes. The ledger is
+// called without the Manager's locks held.
 //
 // # Failures
 //

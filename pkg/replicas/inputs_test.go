@@ -286,7 +286,7 @@ func TestVolumes(t *testing.T) {
 		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "opt", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "absent", Optional: ptrBool(true)}}},
 	}
-	got, err := m.volumes("ns", vols)
+	got, _, err := m.volumes("ns", "default", vols)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestVolumes(t *testing.T) {
 		{"hostPath", corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}, "only secret, configMap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := m.volumes("ns", []corev1.Volume{tc.v})
+			_, _, err := m.volumes("ns", "default", []corev1.Volume{tc.v})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !pod.IsConfigError(err) {
 				t.Errorf("err %v, want a config error with %q", err, tc.want)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 // DefaultProgressDeadline is Knative's config-deployment progress-deadline.
@@ -45,6 +46,24 @@ type Pods interface {
 	// List returns every pod, those adopted from an earlier process
 	// included.
 	List() []pod.Status
+}
+
+// Quota is the namespaces' quota ledger (package quota's Ledger) as the
+// Manager uses it: every instance holds a reservation of its resources
+// while it exists.
+type Quota interface {
+	// Reserve admits one more instance of spec (a Revision's pod spec) in
+	// namespace, or refuses it (an error that errors.Is quota.ErrExceeded,
+	// whose text names the quota, the resources, used, requested and
+	// hard); pod is spec with the namespace's LimitRange defaults, which
+	// the instance runs with; release gives the reservation back.
+	Reserve(ctx context.Context, namespace string, spec *corev1.PodSpec) (pod *corev1.PodSpec, release func(), err error)
+	// Track records an instance that runs already (adopted after a
+	// restart), without a check.
+	Track(namespace string, pod *corev1.PodSpec) (release func())
+	// OnChange registers fn, called with the namespace of every
+	// reservation made or released.
+	OnChange(fn func(namespace string))
 }
 
 // Scale is the source of every revision's desired scale: the autoscaler.
@@ -77,6 +96,19 @@ type Options struct {
 	// ServiceAccount to its own, as Kubernetes' ServiceAccount admission
 	// does; set it only where the API serves ServiceAccounts.
 	ServiceAccounts bool
+	// Tokens issues the ServiceAccount tokens of projected
+	// serviceAccountToken volumes (the API server, as the kubelet's
+	// TokenRequest; a local call, no HTTP); nil: a revision with such a
+	// volume cannot run. Each instance gets its own tokens, refreshed in its
+	// volume after 80% of their lifetime or 24 hours.
+	Tokens serviceaccount.TokenIssuer
+	// Quota, if set, holds every scale-up that would cross a namespace's
+	// ResourceQuota (the instance is not made; the revision reports
+	// ReasonExceededQuota) until an instance of the namespace stops or a
+	// ResourceQuota changes; each instance's reservation is released when
+	// it is gone. Set it only where the API serves ResourceQuotas (the
+	// Manager watches them).
+	Quota Quota
 	// DefaultRuntimeClass is the RuntimeClass of revisions that name none;
 	// "" means handler DefaultHandler ("runc") directly.
 	DefaultRuntimeClass string
@@ -158,6 +190,16 @@ func New(opts Options) (*Manager, error) {
 		m.serviceAccounts = sas.Lister()
 		m.watch(sas.Informer(), "ServiceAccount")
 	}
+	if opts.Quota != nil {
+		rqs := core.ResourceQuotas()
+		_, _ = rqs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj interface{}) { m.quotaChanged(namespaceOf(obj)) },
+			UpdateFunc: func(_, n interface{}) { m.quotaChanged(namespaceOf(n)) },
+			DeleteFunc: func(obj interface{}) { m.quotaChanged(namespaceOf(obj)) },
+		})
+		m.synced = append(m.synced, rqs.Informer().HasSynced)
+		opts.Quota.OnChange(m.quotaChanged)
+	}
 	opts.Scale.Subscribe(m.wake)
 	opts.Pods.Subscribe(m.podChanged)
 	// Pods an earlier process left running (adopted by the pod runtime)
@@ -193,6 +235,28 @@ func (m *Manager) watch(inf cache.SharedIndexInformer, kind string) {
 		DeleteFunc: handle,
 	})
 	m.synced = append(m.synced, inf.HasSynced)
+}
+
+// namespaceOf is the namespace of an informer's object.
+func namespaceOf(obj interface{}) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if o, ok := obj.(interface{ GetNamespace() string }); ok {
+		return o.GetNamespace()
+	}
+	return ""
+}
+
+// quotaChanged retries at once the scale-ups held by a quota in namespace:
+// an instance stopped or a ResourceQuota changed. It is called without
+// locks held (the Manager reserves and releases outside its locks).
+func (m *Manager) quotaChanged(namespace string) {
+	for _, r := range m.revisions() {
+		if r.key.namespace == namespace {
+			r.quotaChanged()
+		}
+	}
 }
 
 // inputsSynced tells whether every informer has its first list.
@@ -368,6 +432,7 @@ func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, err
 		}()
 	}
 	m.mu.Unlock()
+	r.trackAdopted(claimed)
 	for _, id := range claimed {
 		r.podChanged(id) // it may have changed since it was listed
 	}

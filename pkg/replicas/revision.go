@@ -3,6 +3,7 @@ package replicas
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/quota"
 )
 
 // Condition reasons this package reports, besides Knative's ExitCode<N>
@@ -27,6 +29,9 @@ const (
 	ReasonUnsupportedProbe          = "UnsupportedProbe"
 	ReasonDeploying                 = "Deploying"
 	ReasonMultiContainerUnsupported = "MultiContainerUnsupported"
+	// ReasonExceededQuota: a scale-up is held because another instance
+	// would cross a ResourceQuota of the namespace.
+	ReasonExceededQuota = "ExceededQuota"
 )
 
 // defaultTimeout is Knative's default revision timeout, used when a
@@ -74,6 +79,11 @@ type State struct {
 	// autoscaler's scale, at least one until the revision was ready once,
 	// none after the progress deadline passed.
 	Want int32
+	// Held: a scale-up is held by a ResourceQuota while instances are
+	// ready (with none ready the revision is Failed with the same reason
+	// and message instead): HeldReason is ReasonExceededQuota and
+	// HeldMessage names the quota, the resources, used, requested and hard.
+	HeldReason, HeldMessage string
 }
 
 type failKind int
@@ -82,6 +92,7 @@ const (
 	failStatic   failKind = iota // the revision can never run here
 	failHandler                  // no handler for it now (its RuntimeClass may come)
 	failConfig                   // an instance's spec cannot be assembled now
+	failQuota                    // another instance would cross a quota
 	failPod                      // an instance failed (pull, start, exit)
 	failDeadline                 // not ready within the progress deadline
 )
@@ -149,6 +160,11 @@ type instance struct {
 	failures int       // the pod's failures already reported
 	pullSeen time.Time // when the pod was first seen pulling (zero: not yet)
 	pulled   bool      // the end of the pull was reported
+	// refresh is when the instance's ServiceAccount tokens are to be
+	// issued again (zero: it has none).
+	refresh time.Time
+	// release gives its quota reservation back (nil: none).
+	release func()
 
 	drainedCh chan struct{}
 	drainOnce sync.Once
@@ -204,8 +220,9 @@ func (r *revision) claim(sts []pod.Status) (claimed []string, stale []pod.Status
 		r.log.Info("instance of an earlier run adopted", "instance", st.ID, "ready", st.Ready)
 	}
 	if len(claimed) > 0 {
+		sa := serviceAccountName(&r.rev.Spec.PodSpec)
 		for _, v := range r.rev.Spec.Volumes {
-			for src := range volumeSources(v) {
+			for src := range volumeSources(sa, v) {
 				r.dirty[src] = true
 			}
 		}
@@ -312,10 +329,12 @@ func (r *revision) handlerLocked() (string, *failure) {
 }
 
 // podSpecLocked assembles instance id's pod: environment and volumes read
-// from the informers' caches, the handler resolved.
-func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
+// from the informers' caches, ServiceAccount tokens issued (refresh is when
+// to issue them again), the handler resolved. The token issuer is local (a
+// cache read and a signature), so it is called with r.mu held.
+func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh time.Time, err error) {
 	m, rev, s := r.m, r.rev, &r.spec
-	spec := pod.Spec{
+	spec = pod.Spec{
 		ID: id,
 		Labels: map[string]string{
 			LabelNamespace:   r.key.namespace,
@@ -331,9 +350,8 @@ func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
 		GracePeriod: s.timeout,
 		PullSecrets: m.pullSecrets(rev),
 	}
-	var err error
 	if spec.LogPath, err = m.opts.Logs.Path(r.key.namespace, r.key.name, id); err != nil {
-		return pod.Spec{}, err
+		return pod.Spec{}, refresh, err
 	}
 	for i := range s.containers {
 		c := s.containers[i].DeepCopy()
@@ -345,17 +363,17 @@ func (r *revision) podSpecLocked(id, handler string) (pod.Spec, error) {
 		env, err := m.buildEnv(rev, c, port, instanceMeta{name: id})
 		if err != nil {
 			if len(s.containers) > 1 {
-				return pod.Spec{}, configErrorf("container %s: %w", c.Name, err)
+				return pod.Spec{}, refresh, configErrorf("container %s: %w", c.Name, err)
 			}
-			return pod.Spec{}, err
+			return pod.Spec{}, refresh, err
 		}
 		c.Env, c.EnvFrom = env, nil
 		spec.Containers = append(spec.Containers, *c)
 	}
-	if spec.Volumes, err = m.volumes(r.key.namespace, rev.Spec.Volumes); err != nil {
-		return pod.Spec{}, err
+	if spec.Volumes, refresh, err = m.volumes(r.key.namespace, serviceAccountName(&rev.Spec.PodSpec), rev.Spec.Volumes); err != nil {
+		return pod.Spec{}, refresh, err
 	}
-	return spec, nil
+	return spec, refresh, nil
 }
 
 // update records the latest revision object and returns the state.
@@ -380,8 +398,9 @@ func (r *revision) reads(src string) bool {
 // again at once.
 func (r *revision) inputChanged(src string) {
 	r.mu.Lock()
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
 	for _, v := range r.rev.Spec.Volumes {
-		if volumeSources(v)[src] {
+		if volumeSources(sa, v)[src] {
 			r.dirty[src] = true
 		}
 	}
@@ -437,6 +456,9 @@ func (r *revision) stateLocked() State {
 				f = r.blocked
 			}
 		}
+	}
+	if f == nil && r.blocked != nil && r.blocked.kind == failQuota {
+		st.HeldReason, st.HeldMessage = r.blocked.reason, r.blocked.message
 	}
 	switch {
 	case f != nil:
@@ -606,7 +628,7 @@ func (r *revision) reconcile() time.Duration {
 	}
 	for n := int32(len(live)); n < want && canMake; n++ {
 		id := r.newInstanceIDLocked()
-		spec, err := r.podSpecLocked(id, handler)
+		spec, refresh, err := r.podSpecLocked(id, handler)
 		if err != nil {
 			r.retries++
 			d := retryAfter(r.retries)
@@ -623,10 +645,10 @@ func (r *revision) reconcile() time.Duration {
 			next = minPositive(next, d)
 			break
 		}
-		if r.blocked != nil {
+		if r.blocked != nil && r.blocked.kind != failQuota { // the quota is checked after
 			r.blocked, r.retries = nil, 0
 		}
-		in := &instance{id: id, born: time.Now(), pulling: true, drainedCh: make(chan struct{})}
+		in := &instance{id: id, born: time.Now(), pulling: true, refresh: refresh, drainedCh: make(chan struct{})}
 		r.instances[id] = in
 		toRun = append(toRun, spec)
 		changed = true
@@ -651,12 +673,31 @@ func (r *revision) reconcile() time.Duration {
 	if len(r.dirty) > 0 {
 		updates = r.volumeUpdatesLocked()
 	}
+	tokens, due := r.tokenUpdatesLocked(now)
+	updates = append(updates, tokens...)
+	if !due.IsZero() {
+		next = minPositive(next, max(due.Sub(now), time.Millisecond))
+	}
 	r.want = want
 	r.mu.Unlock()
 
-	for _, spec := range toRun {
+	for i, spec := range toRun {
+		release, ok := r.reserve(&spec, want)
+		if !ok {
+			// The rest would cross the quota too (or read it in vain).
+			r.mu.Lock()
+			for _, s := range toRun[i:] {
+				delete(r.instances, s.ID)
+			}
+			d := retryAfter(r.retries)
+			r.mu.Unlock()
+			next = minPositive(next, d)
+			r.m.notify(r.key)
+			break
+		}
 		r.m.trackPod(spec.ID, r.key)
 		if err := r.m.opts.Pods.Run(r.ctx, spec); err != nil {
+			release()
 			// The pod runtime refuses the spec: tried again with backoff.
 			r.mu.Lock()
 			delete(r.instances, spec.ID)
@@ -672,8 +713,15 @@ func (r *revision) reconcile() time.Duration {
 			continue
 		}
 		r.mu.Lock()
+		if in := r.instances[spec.ID]; in != nil {
+			in.release = release
+			release = nil
+		}
 		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
 		r.mu.Unlock()
+		if release != nil { // stopped already
+			release()
+		}
 		r.emit([]event{created}) // before what podChanged tells of it
 		r.podChanged(spec.ID)    // it may have changed before it was tracked
 	}
@@ -697,6 +745,91 @@ func (r *revision) reconcile() time.Duration {
 	return next
 }
 
+// reserve takes the quota reservation of one more instance (spec is to
+// run with the LimitRange defaults the ledger applies), or records why the
+// scale-up to want is held and returns false. Without a ledger it admits
+// everything. Called without r.mu held: the ledger reads the store and
+// calls back (quotaChanged).
+func (r *revision) reserve(spec *pod.Spec, want int32) (release func(), ok bool) {
+	q := r.m.opts.Quota
+	if q == nil {
+		return func() {}, true
+	}
+	r.mu.Lock()
+	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	eff, release, err := q.Reserve(ctx, r.key.namespace, podSpec)
+	cancel()
+	if err != nil {
+		f := &failure{kind: failQuota, resources: true, reason: ReasonExceededQuota,
+			message: fmt.Sprintf("scale to %d held: %v", want, err)}
+		if !errors.Is(err, quota.ErrExceeded) {
+			f.kind, f.reason = failConfig, pod.ReasonCreateContainerConfig
+			f.message = fmt.Sprintf("check resource quotas: %v", err)
+		}
+		r.mu.Lock()
+		if r.blocked == nil || *r.blocked != *f {
+			r.log.Warn("scale-up held", "reason", f.reason, "message", f.message)
+		}
+		r.blocked = f
+		r.retries++
+		r.nextTry = time.Now().Add(retryAfter(r.retries))
+		r.mu.Unlock()
+		return nil, false
+	}
+	// The instance runs with the namespace's LimitRange defaults, which
+	// its reservation counts.
+	for i := range spec.Containers {
+		if i < len(eff.Containers) && eff.Containers[i].Name == spec.Containers[i].Name {
+			spec.Containers[i].Resources = eff.Containers[i].Resources
+		}
+	}
+	r.mu.Lock()
+	if r.blocked != nil && r.blocked.kind == failQuota {
+		r.blocked, r.retries = nil, 0
+	}
+	r.mu.Unlock()
+	return release, true
+}
+
+// quotaChanged retries at once a scale-up held by a quota.
+func (r *revision) quotaChanged() {
+	r.mu.Lock()
+	held := r.blocked != nil && r.blocked.kind == failQuota
+	if held {
+		r.nextTry = time.Time{}
+	}
+	r.mu.Unlock()
+	if held {
+		r.poke()
+	}
+}
+
+// trackAdopted records the quota reservations of instances adopted from an
+// earlier process (without a check: as on a cluster, a quota lowered below
+// what runs does not stop what runs). Called without locks held.
+func (r *revision) trackAdopted(ids []string) {
+	q := r.m.opts.Quota
+	if q == nil || len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	r.mu.Unlock()
+	for _, id := range ids {
+		release := q.Track(r.key.namespace, podSpec)
+		r.mu.Lock()
+		if in := r.instances[id]; in != nil && in.release == nil {
+			in.release, release = release, nil
+		}
+		r.mu.Unlock()
+		if release != nil {
+			release()
+		}
+	}
+}
+
 // lastFailureLocked is what to name as the last failure.
 func (r *revision) lastFailureLocked() *failure {
 	if r.fail != nil {
@@ -707,18 +840,35 @@ func (r *revision) lastFailureLocked() *failure {
 
 // volumeUpdatesLocked reads the volumes whose sources changed, for every
 // instance that runs. A source that cannot be read leaves the volume as it
-// is.
+// is. A volume with a ServiceAccount token is read for each instance (each
+// has its own token), and its token is refreshed with it.
 func (r *revision) volumeUpdatesLocked() []volumeUpdate {
 	var out []volumeUpdate
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
 	for _, v := range r.rev.Spec.Volumes {
 		touched := false
-		for src := range volumeSources(v) {
+		for src := range volumeSources(sa, v) {
 			touched = touched || r.dirty[src]
 		}
 		if !touched {
 			continue
 		}
-		files, err := r.m.volumeFiles(r.key.namespace, v)
+		if hasToken(v) {
+			for id, in := range r.instances {
+				if in.stopping {
+					continue
+				}
+				files, at, err := r.m.volumeFiles(r.key.namespace, sa, v)
+				if err != nil {
+					r.log.Warn("volume not updated; it keeps its content", "instance", id, "volume", v.Name, "err", err)
+					continue
+				}
+				in.refresh = earliest(in.refresh, at)
+				out = append(out, volumeUpdate{id: id, volume: v.Name, files: files})
+			}
+			continue
+		}
+		files, _, err := r.m.volumeFiles(r.key.namespace, sa, v)
 		if err != nil {
 			r.log.Warn("volume not updated; it keeps its content", "volume", v.Name, "err", err)
 			continue
@@ -731,6 +881,44 @@ func (r *revision) volumeUpdatesLocked() []volumeUpdate {
 	}
 	clear(r.dirty)
 	return out
+}
+
+// tokenRetry is how soon a token that could not be refreshed (its
+// ServiceAccount is gone) is tried again; the volume keeps the old one
+// meanwhile, as the kubelet does.
+const tokenRetry = 10 * time.Second
+
+// tokenUpdatesLocked issues new tokens for the instances whose tokens are
+// due, and returns the volumes to rewrite and when the next instance's
+// tokens are due (zero: none has tokens).
+func (r *revision) tokenUpdatesLocked(now time.Time) (out []volumeUpdate, next time.Time) {
+	sa := serviceAccountName(&r.rev.Spec.PodSpec)
+	for id, in := range r.instances {
+		if in.stopping || in.refresh.IsZero() {
+			continue
+		}
+		if in.refresh.After(now) {
+			next = earliest(next, in.refresh)
+			continue
+		}
+		var refresh time.Time
+		for _, v := range r.rev.Spec.Volumes {
+			if !hasToken(v) {
+				continue
+			}
+			files, at, err := r.m.volumeFiles(r.key.namespace, sa, v)
+			if err != nil {
+				r.log.Warn("token not refreshed; the volume keeps the old one", "instance", id, "volume", v.Name, "err", err, "retryIn", tokenRetry)
+				refresh = earliest(refresh, now.Add(tokenRetry))
+				continue
+			}
+			refresh = earliest(refresh, at)
+			out = append(out, volumeUpdate{id: id, volume: v.Name, files: files})
+		}
+		in.refresh = refresh
+		next = earliest(next, refresh)
+	}
+	return out, next
 }
 
 func minPositive(a, b time.Duration) time.Duration {
@@ -873,12 +1061,17 @@ func (r *revision) stop(in *instance) {
 // instanceEnded forgets a stopped instance and prunes the logs of old ones.
 func (r *revision) instanceEnded(in *instance) {
 	r.mu.Lock()
+	release := in.release
+	in.release = nil
 	delete(r.instances, in.id)
 	live := make(map[string]bool, len(r.instances))
 	for id := range r.instances {
 		live[id] = true
 	}
 	r.mu.Unlock()
+	if release != nil {
+		release()
+	}
 	r.m.untrackPod(in.id)
 	if err := r.m.opts.Logs.Prune(r.key.namespace, r.key.name, live, keptStoppedLogs); err != nil {
 		r.log.Warn("prune logs", "err", err)

@@ -1,48 +1,89 @@
 package replicas
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 // volumes returns the revision's volumes with their files read from the
-// informers' caches. A missing Secret or ConfigMap that is not optional is
-// a config error.
-func (m *Manager) volumes(ns string, vols []corev1.Volume) ([]pod.Volume, error) {
+// informers' caches and its ServiceAccount tokens issued, and when the
+// earliest of those tokens is to be refreshed (zero: none). A missing
+// Secret or ConfigMap that is not optional, or a token that cannot be
+// issued, is a config error.
+func (m *Manager) volumes(ns, sa string, vols []corev1.Volume) ([]pod.Volume, time.Time, error) {
 	out := make([]pod.Volume, 0, len(vols))
+	var refresh time.Time
 	for _, v := range vols {
 		if v.EmptyDir != nil {
-			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true})
+			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true, Medium: v.EmptyDir.Medium, SizeLimit: v.EmptyDir.SizeLimit})
 			continue
 		}
-		files, err := m.volumeFiles(ns, v)
+		files, at, err := m.volumeFiles(ns, sa, v)
 		if err != nil {
-			return nil, configErrorf("volume %s: %w", v.Name, err)
+			return nil, time.Time{}, configErrorf("volume %s: %w", v.Name, err)
 		}
+		refresh = earliest(refresh, at)
 		out = append(out, pod.Volume{Name: v.Name, Files: files})
 	}
-	return out, nil
+	return out, refresh, nil
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// serviceAccountName is the ServiceAccount a revision's instances run as:
+// "default" when it names none, as on a cluster.
+func serviceAccountName(spec *corev1.PodSpec) string {
+	if spec.ServiceAccountName != "" {
+		return spec.ServiceAccountName
+	}
+	return "default"
+}
+
+// hasToken tells whether a volume holds a ServiceAccount token, which is
+// issued for each instance and refreshed before it expires.
+func hasToken(v corev1.Volume) bool {
+	if v.Projected == nil {
+		return false
+	}
+	for _, src := range v.Projected.Sources {
+		if src.ServiceAccountToken != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // volumeFiles is what a Secret, ConfigMap or projected volume holds now:
-// its files by slash-separated path relative to the volume.
-func (m *Manager) volumeFiles(ns string, v corev1.Volume) (map[string]pod.File, error) {
+// its files by slash-separated path relative to the volume, and when its
+// ServiceAccount tokens (issued for ServiceAccount sa) are to be refreshed
+// (zero: it holds none).
+func (m *Manager) volumeFiles(ns, sa string, v corev1.Volume) (map[string]pod.File, time.Time, error) {
 	files := map[string]pod.File{}
+	var refresh time.Time
 	switch {
 	case v.Secret != nil:
 		if err := m.secretFiles(files, ns, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, v.Secret.DefaultMode); err != nil {
-			return nil, err
+			return nil, refresh, err
 		}
 	case v.ConfigMap != nil:
 		if err := m.configMapFiles(files, ns, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, v.ConfigMap.DefaultMode); err != nil {
-			return nil, err
+			return nil, refresh, err
 		}
 	case v.Projected != nil:
 		for j, src := range v.Projected.Sources {
@@ -52,25 +93,71 @@ func (m *Manager) volumeFiles(ns string, v corev1.Volume) (map[string]pod.File, 
 				err = m.secretFiles(files, ns, src.Secret.Name, src.Secret.Items, src.Secret.Optional, v.Projected.DefaultMode)
 			case src.ConfigMap != nil:
 				err = m.configMapFiles(files, ns, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, v.Projected.DefaultMode)
+			case src.ServiceAccountToken != nil:
+				var at time.Time
+				at, err = m.tokenFile(files, ns, sa, src.ServiceAccountToken, v.Projected.DefaultMode)
+				if err != nil {
+					err = fmt.Errorf("sources[%d]: %w", j, err)
+				}
+				refresh = earliest(refresh, at)
 			default:
-				err = fmt.Errorf("sources[%d]: only secret and configMap sources are supported", j)
+				err = fmt.Errorf("sources[%d]: only secret, configMap and serviceAccountToken sources are supported", j)
 			}
 			if err != nil {
-				return nil, err
+				return nil, time.Time{}, err
 			}
 		}
 	default:
-		return nil, errors.New("only secret, configMap, projected and emptyDir volumes are supported")
+		return nil, refresh, errors.New("only secret, configMap, projected and emptyDir volumes are supported")
 	}
 	// A path cannot be a file and a directory at once ("a" and "a/b").
 	for p := range files {
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {
 			if _, ok := files[d]; ok {
-				return nil, fmt.Errorf("item paths %q and %q: %q cannot be a file and a directory", d, p, d)
+				return nil, time.Time{}, fmt.Errorf("item paths %q and %q: %q cannot be a file and a directory", d, p, d)
 			}
 		}
 	}
-	return files, nil
+	return files, refresh, nil
+}
+
+// tokenIssueTimeout bounds one token issue (a local read and a signature).
+const tokenIssueTimeout = 10 * time.Second
+
+// tokenFile adds the token of a projected serviceAccountToken source to
+// files, as the kubelet does through TokenRequest: for ServiceAccount sa,
+// with the source's audience (none: the API's) and lifetime (none: an
+// hour), and returns when to refresh it (after 80% of its lifetime or 24
+// hours, as the kubelet).
+func (m *Manager) tokenFile(files map[string]pod.File, ns, sa string, src *corev1.ServiceAccountTokenProjection, defMode *int32) (time.Time, error) {
+	if m.opts.Tokens == nil {
+		return time.Time{}, errors.New("serviceAccountToken: this knbox issues no ServiceAccount tokens")
+	}
+	p := path.Clean(src.Path)
+	if src.Path == "" || p == "." || path.IsAbs(p) || strings.HasPrefix(p, "..") {
+		return time.Time{}, fmt.Errorf("serviceAccountToken: path %q must be relative, stay in the volume and not start with '..'", src.Path)
+	}
+	var aud []string
+	if src.Audience != "" {
+		aud = []string{src.Audience}
+	}
+	var secs int64
+	if src.ExpirationSeconds != nil {
+		secs = *src.ExpirationSeconds
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, tokenIssueTimeout)
+	defer cancel()
+	issued := time.Now()
+	tok, exp, err := m.opts.Tokens.Issue(ctx, ns, sa, aud, secs, nil)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("serviceAccountToken for serviceaccount %q: %w", sa, err)
+	}
+	mode := os.FileMode(0o644)
+	if defMode != nil {
+		mode = os.FileMode(*defMode & 0o777)
+	}
+	files[p] = pod.File{Data: []byte(tok), Mode: mode}
+	return serviceaccount.RefreshAt(issued, exp), nil
 }
 
 func (m *Manager) secretFiles(files map[string]pod.File, ns, name string, items []corev1.KeyToPath, optional *bool, mode *int32) error {
@@ -171,7 +258,7 @@ func sources(spec *corev1.PodSpec) map[string]bool {
 		}
 	}
 	for _, v := range spec.Volumes {
-		for k := range volumeSources(v) {
+		for k := range volumeSources(serviceAccountName(spec), v) {
 			out[k] = true
 		}
 	}
@@ -184,8 +271,9 @@ func sources(spec *corev1.PodSpec) map[string]bool {
 	return out
 }
 
-// volumeSources names the Secrets and ConfigMaps one volume reads.
-func volumeSources(v corev1.Volume) map[string]bool {
+// volumeSources names the Secrets, ConfigMaps and ServiceAccount (sa, for
+// its tokens) one volume reads.
+func volumeSources(sa string, v corev1.Volume) map[string]bool {
 	out := map[string]bool{}
 	switch {
 	case v.Secret != nil:
@@ -199,6 +287,9 @@ func volumeSources(v corev1.Volume) map[string]bool {
 			}
 			if src.ConfigMap != nil {
 				out["ConfigMap/"+src.ConfigMap.Name] = true
+			}
+			if src.ServiceAccountToken != nil {
+				out["ServiceAccount/"+sa] = true
 			}
 		}
 	}

@@ -165,11 +165,14 @@ func (sc *serverConn) setReadDeadline(t time.Time) {
 func (sc *serverConn) handover() bool {
 	sc.setReadDeadline(time.Time{})
 	pending := append([]byte(nil), sc.buf[sc.rpos:sc.wpos]...)
+	// Counted before the handoff: net/http may answer on the connection
+	// before give returns.
+	sc.s.handedOver.Add(1)
 	if !sc.s.handoff.give(&replayConn{Conn: sc.c, pending: pending}) {
+		sc.s.handedOver.Add(^uint64(0))
 		return false
 	}
 	sc.state.Store(connClosed) // net/http's now
-	sc.s.handedOver.Add(1)
 	return true
 }
 

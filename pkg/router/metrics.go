@@ -52,3 +52,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(ready), ns, name)
 	}
 }
+
+// Load calls f with the load of every revision the router knows: requests
+// in flight (the waiting ones included), requests waiting for a slot on an
+// instance (the queue depth), and ready instances. It is for metrics read
+// when scraped; f must be quick.
+func (r *Router) Load(f func(namespace, revision string, inflight, queued, ready int)) {
+	for _, rv := range r.revisions() {
+		rv.mu.Lock()
+		inflight, queued, ready := rv.inflight, rv.queue.n, len(rv.ready)
+		rv.mu.Unlock()
+		f(rv.key.namespace, rv.key.name, inflight, queued, ready)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -104,6 +105,7 @@ type written struct {
 func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 	rev := s.rev.Load() + 1
 	w := written{compacted: s.compacted, stripped: s.stripped, logBytes: s.logBytes}
+	start := time.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		objects := tx.Bucket(bucketObjects)
 		okey := objectKey(key)
@@ -181,6 +183,9 @@ func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 		w.stripped, w.logBytes, err = s.strip(tx, rev, w.stripped, w.logBytes)
 		return err
 	})
+	if err == nil && !w.noop && s.opts.ObserveCommit != nil {
+		s.opts.ObserveCommit(time.Since(start))
+	}
 	return w, err
 }
 

@@ -108,6 +108,10 @@ type Event struct {
 
 // Options tune a store. The zero value gives the documented defaults.
 type Options struct {
+	// ObserveCommit, if not nil, is told the duration of each write
+	// transaction that committed (the fsync included), for metrics. It
+	// runs with the store's write lock held: it must be quick.
+	ObserveCommit func(time.Duration)
 	// EventLogSize is how many most recent events are kept, persisted in
 	// bbolt so a watch can resume from a revision across restarts. Zero means
 	// DefaultEventLogSize.
@@ -466,6 +470,17 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close store: %w", err)
 	}
 	return nil
+}
+
+// Watchers returns the number of watches open on the store.
+func (s *Store) Watchers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, set := range s.watchers {
+		n += len(set)
+	}
+	return n
 }
 
 // Revision is the latest committed revision. A new store is at 0 and its

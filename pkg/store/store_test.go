@@ -2,10 +2,12 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 var (
@@ -372,5 +374,37 @@ func TestConcurrentWrites(t *testing.T) {
 			t.Fatalf("revision %d used twice", e.Revision)
 		}
 		seen[e.Revision] = true
+	}
+}
+
+// TestObserveCommitAndWatchers: each committed write is reported with its
+// duration, and open watches are counted, for metrics.
+func TestObserveCommitAndWatchers(t *testing.T) {
+	var commits []time.Duration
+	s, _ := openTest(t, Options{ObserveCommit: func(d time.Duration) { commits = append(commits, d) }})
+	mustCreate(t, s, keyA, "a")
+	if _, err := s.Create(keyA, val("again")); err == nil {
+		t.Fatal("a second Create of the same key succeeded")
+	}
+	if len(commits) != 1 || commits[0] <= 0 {
+		t.Errorf("commits %v, want one of the Create that committed", commits)
+	}
+	if n := s.Watchers(); n != 0 {
+		t.Errorf("Watchers = %d before any watch", n)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	if _, err := s.Watch(ctx, keyA.Resource, "", 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Watchers(); n != 1 {
+		t.Errorf("Watchers = %d with one watch", n)
+	}
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Watchers() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := s.Watchers(); n != 0 {
+		t.Errorf("Watchers = %d after the watch ended", n)
 	}
 }

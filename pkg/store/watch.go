@@ -104,8 +104,9 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		s.watchers[resource] = set
 	}
 	set[w] = struct{}{}
-	// Added under mu, so that Close, which sets closed under mu before it
-	// waits, never waits while a watch it did not see is being added.
+	// Counted under mu, where Close cannot be between its check of closed
+	// and its Wait (Add racing with Wait is a data race, and Close could
+	// close the database under the snapshot).
 	s.wg.Add(1)
 	s.mu.Unlock()
 

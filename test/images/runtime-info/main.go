@@ -19,6 +19,7 @@
 //	/healthz           200, or 500 once /fail-health was called
 //	/fail-health       makes /healthz fail from now on
 //	/net               JSON []Interface: the network interfaces and their addresses
+//	/file?path=P       answers the contents of file P (at most 1 MiB), as a projected token's reader would
 //	/dial?addr=A&ms=N  connects to A (IP:PORT) over TCP within N ms (default 5000), reads a line: JSON DialResult
 //
 // On SIGTERM it prints "SIGTERM received" to stdout, stops accepting
@@ -244,6 +245,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/net", interfaces)
 	mux.HandleFunc("/dial", dial)
+	mux.HandleFunc("/file", readFile)
 	mux.HandleFunc("/fail-health", func(w http.ResponseWriter, r *http.Request) {
 		s.unhealthy.Store(true)
 		io.WriteString(w, "health checks fail from now on\n")
@@ -674,4 +676,28 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, "ok\n")
+}
+
+// maxFileBytes bounds what /file answers.
+const maxFileBytes = 1 << 20
+
+// readFile answers the contents of the file ?path= names.
+func readFile(w http.ResponseWriter, r *http.Request) {
+	f, err := os.Open(r.URL.Query().Get("path"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if len(b) > maxFileBytes {
+		http.Error(w, "file larger than 1 MiB", http.StatusRequestEntityTooLarge)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(b)
 }
