@@ -293,6 +293,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
+	var podEvents atomic.Pointer[replicas.Manager]
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -303,7 +304,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
-		Logger:           log.With("component", "pod"),
+		// The pods' events go to the revision manager, which knows their
+		// Revisions; those of pods adopted before it exists are dropped.
+		Events: func(e pod.Event) {
+			if m := podEvents.Load(); m != nil {
+				m.PodEvent(e)
+			}
+		},
+		Logger: log.With("component", "pod"),
 	})
 	if err != nil {
 		return err
@@ -341,6 +349,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	podEvents.Store(mgr)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,

@@ -156,10 +156,8 @@ type instance struct {
 	ready    bool
 	pulling  bool
 	stopping bool
-	exposed  bool      // handed out by Endpoints since the last Drained
-	failures int       // the pod's failures already reported
-	pullSeen time.Time // when the pod was first seen pulling (zero: not yet)
-	pulled   bool      // the end of the pull was reported
+	exposed  bool // handed out by Endpoints since the last Drained
+	failures int  // the pod's failures already reported
 	// refresh is when the instance's ServiceAccount tokens are to be
 	// issued again (zero: it has none).
 	refresh time.Time
@@ -696,6 +694,10 @@ func (r *revision) reconcile() time.Duration {
 			break
 		}
 		r.m.trackPod(spec.ID, r.key)
+		r.mu.Lock()
+		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
+		r.mu.Unlock()
+		r.emit([]event{created}) // before the pod's own events
 		if err := r.m.opts.Pods.Run(r.ctx, spec); err != nil {
 			release()
 			// The pod runtime refuses the spec: tried again with backoff.
@@ -717,13 +719,11 @@ func (r *revision) reconcile() time.Duration {
 			in.release = release
 			release = nil
 		}
-		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
 		r.mu.Unlock()
 		if release != nil { // stopped already
 			release()
 		}
-		r.emit([]event{created}) // before what podChanged tells of it
-		r.podChanged(spec.ID)    // it may have changed before it was tracked
+		r.podChanged(spec.ID) // it may have changed before it was tracked
 	}
 	for _, in := range toStop {
 		r.wg.Add(1)
@@ -963,22 +963,10 @@ func (r *revision) podChanged(id string) {
 		return
 	}
 	changed, first := false, false
-	var evs []event
-	defer func() { r.emit(evs) }()
-	if st.Pulling && in.pullSeen.IsZero() {
-		in.pullSeen = time.Now()
-		evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %s for instance %s", strings.Join(r.spec.refs, ", "), id)))
-	}
-	if !st.Pulling && !in.pullSeen.IsZero() && !in.pulled {
-		in.pulled = true
-		evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Pulled",
-			fmt.Sprintf("Pulled image %s for instance %s in %v", strings.Join(r.spec.refs, ", "), id, time.Since(in.pullSeen).Round(time.Millisecond))))
-	}
 	ready := st.Ready && !in.stopping
 	if in.ready != ready {
 		in.ready, changed = ready, true
 		if ready {
-			evs = append(evs, r.eventLocked(corev1.EventTypeNormal, "Started", fmt.Sprintf("Instance %s started and is ready", id)))
 			if !r.everReady {
 				r.log.Info("revision ready", "instance", id, "sinceCreated", time.Since(in.born))
 				first = true
@@ -995,11 +983,6 @@ func (r *revision) podChanged(id string) {
 		if f := st.LastFailure; f != nil {
 			r.fail = r.podFailure(f)
 			changed = true
-			msg := f.Message
-			if f.Container != "" {
-				msg = "container " + f.Container + ": " + msg
-			}
-			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, f.Reason, fmt.Sprintf("Instance %s: %s", id, msg)))
 		}
 	}
 	r.mu.Unlock()
@@ -1048,10 +1031,6 @@ func (r *revision) stop(in *instance) {
 		}
 		t.Stop()
 	}
-	r.mu.Lock()
-	ev := r.eventLocked(corev1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping instance %s", in.id))
-	r.mu.Unlock()
-	r.emit([]event{ev})
 	if err := r.m.opts.Pods.Stop(r.ctx, in.id, grace); err != nil {
 		r.log.Warn("stop instance", "instance", in.id, "err", err)
 	}
@@ -1078,6 +1057,22 @@ func (r *revision) instanceEnded(in *instance) {
 	}
 	r.poke()
 	r.m.notify(r.key)
+}
+
+// podEvent sends an event of one of the revision's pods as an event
+// about the revision, naming the instance (and its container).
+func (r *revision) podEvent(e pod.Event) {
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.mu.Lock()
+	ev := r.eventLocked(typ, e.Reason, "instance "+e.Pod+": "+e.Message)
+	r.mu.Unlock()
+	if e.Container != "" {
+		ev.about.FieldPath = "spec.containers{" + e.Container + "}"
+	}
+	r.emit([]event{ev})
 }
 
 // event is one lifecycle event about the revision, made under r.mu and
