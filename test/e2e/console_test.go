@@ -22,7 +22,8 @@ import (
 // TestConsoleInBrowser drives the web console in Debian's headless
 // chromium: the sign-in form with the kubeconfig's token, the Service in
 // the list, its page with the traffic table and its Revision, and a
-// request-rate graph that is not empty once traffic flowed. With
+// request-rate graph that is not empty once traffic flowed, and the
+// Service's recent events. With
 // KNBOX_CONSOLE_SCREENSHOT=path it saves a screenshot of the Service page
 // (docs/console.png is made so).
 func TestConsoleInBrowser(t *testing.T) {
@@ -116,6 +117,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	step("service page", chromedp.Click(`tr.service[data-name="hello"] a.name`),
 		chromedp.WaitVisible("#traffic"),
 		chromedp.WaitVisible(`section.revision[data-name="hello-00001"]`))
+	// The controllers' and the instances' Events.
+	step("events", chromedp.WaitVisible("#events tr.event"))
 	if traffic := text("traffic", "#traffic"); !strings.Contains(traffic, "hello-00001") || !strings.Contains(traffic, "100%") {
 		t.Errorf("traffic table %q lacks hello-00001 at 100%%", traffic)
 	}
