@@ -3,6 +3,8 @@ package console
 import (
 	"crypto/tls"
 	"math"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +79,28 @@ func FuzzParseRoute(f *testing.F) {
 		if rt.page == pageService || rt.page == pageLog {
 			if rt.namespace == "" || rt.name == "" || strings.ContainsAny(rt.namespace+rt.name, "/.") && strings.Contains(rt.namespace, ".") {
 				t.Fatalf("%q parsed to %+v", p, rt)
+			}
+		}
+	})
+}
+
+// FuzzSignIn: a typed-in token is accepted only when it is printable ASCII
+// without spaces and bounded; any Origin header is judged without panic.
+func FuzzSignIn(f *testing.F) {
+	for _, s := range []string{"", "abc", "has space", "tab\there", "ünïcode", strings.Repeat("x", maxTokenBytes+1), "null", "https://a:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if checkToken(v) == "" {
+			if len(v) == 0 || len(v) > maxTokenBytes || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r > '~' }) {
+				t.Fatalf("token %q accepted", v)
+			}
+		}
+		r, _ := http.NewRequest(http.MethodPost, "https://a:1/console/login", nil)
+		r.Header.Set("Origin", v)
+		if sameOrigin(r) && v != "" && v != "https://a:1" && v != "http://a:1" {
+			if u, err := url.Parse(v); err != nil || u.Host != "a:1" {
+				t.Fatalf("origin %q taken as the console's", v)
 			}
 		}
 	})
