@@ -27,6 +27,9 @@ DEPS=(
 	# so both are installed for them.
 	cni-plugins:containernetworking-plugins
 	iptables:iptables
+	# The console's end-to-end test drives Debian's headless chromium
+	# (test/e2e TestConsoleInBrowser).
+	chromium:chromium
 )
 
 # kubectl of the Kubernetes line knbox speaks (k8s.io/api v0.29 in go.mod).

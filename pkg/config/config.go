@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	netcfg "knative.dev/networking/pkg/config"
 	"knative.dev/pkg/configmap"
+	tracingconfig "knative.dev/pkg/tracing/config"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 	ascfg "knative.dev/serving/pkg/autoscaler/config"
 	"knative.dev/serving/pkg/autoscaler/config/autoscalerconfig"
@@ -48,6 +50,7 @@ const (
 	DomainName     = routecfg.DomainConfigName     // "config-domain"
 	GCName         = gcconfig.ConfigName           // "config-gc"
 	DeploymentName = deployment.ConfigName         // "config-deployment"
+	TracingName    = "config-tracing"              // knative.dev/pkg/tracing/config's
 )
 
 // knbox's deviations from Knative's defaults. Each applies only when the key
@@ -290,6 +293,27 @@ var parsers = map[string]func(c *Config) error{
 	DomainName:     func(c *Config) error { _, err := c.Domain(); return err },
 	GCName:         func(c *Config) error { _, err := c.GC(); return err },
 	DeploymentName: func(c *Config) error { _, err := c.Deployment(); return err },
+	TracingName:    func(c *Config) error { _, err := c.Tracing(); return err },
+}
+
+// Tracing is config-tracing as Knative reads it (backend none or zipkin,
+// zipkin-endpoint, sample-rate, debug): where the data plane's
+// OpenTelemetry spans go. Absent: no tracing.
+func (c *Config) Tracing() (*tracingconfig.Config, error) {
+	t, err := tracingconfig.NewTracingConfigFromMap(c.data(TracingName))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", TracingName, err)
+	}
+	if t.SampleRate < 0 || t.SampleRate > 1 {
+		return nil, fmt.Errorf("%s: sample-rate: must be between 0 and 1, was %v", TracingName, t.SampleRate)
+	}
+	if t.Backend == tracingconfig.Zipkin {
+		u, err := url.Parse(t.ZipkinEndpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s: zipkin-endpoint: %q is not an http(s) URL", TracingName, t.ZipkinEndpoint)
+		}
+	}
+	return t, nil
 }
 
 // ConfigMapNames lists the Knative ConfigMaps that knbox reads, sorted.

@@ -66,7 +66,9 @@ func TestDefaults(t *testing.T) {
 			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 		},
-		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},
+		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
+			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
+			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -607,8 +609,12 @@ func FuzzLoad(f *testing.F) {
 			"store.eventLogBytes": int64(l.Store.EventLogBytes), "disk.reserveBytes": int64(l.Disk.ReserveBytes),
 			"images.maxImageBytes": int64(l.Images.MaxImageBytes), "images.maxLayers": int64(l.Images.MaxLayers),
 			"ephemeralStorage.interval": int64(l.EphemeralStorage.Interval), "ephemeralStorage.maxFiles": int64(l.EphemeralStorage.MaxFiles),
-			"ephemeralStorage.maxDepth": int64(l.EphemeralStorage.MaxDepth),
-			"observability.queueLength": int64(c.Observability.QueueLength),
+			"ephemeralStorage.maxDepth":            int64(l.EphemeralStorage.MaxDepth),
+			"observability.queueLength":            int64(c.Observability.QueueLength),
+			"observability.console.maxSessions":    int64(c.Observability.Console.MaxSessions),
+			"observability.console.sessionTTL":     int64(c.Observability.Console.SessionTTL),
+			"observability.console.sampleInterval": int64(c.Observability.Console.SampleInterval),
+			"observability.console.samples":        int64(c.Observability.Console.Samples),
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)

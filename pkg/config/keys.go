@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	netcfg "knative.dev/networking/pkg/config"
 	"knative.dev/pkg/configmap"
+	tracingconfig "knative.dev/pkg/tracing/config"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 	ascfg "knative.dev/serving/pkg/autoscaler/config"
 	"knative.dev/serving/pkg/deployment"
@@ -68,6 +69,9 @@ var configMapKeys = map[string]keyRules{
 		parse:    func(d map[string]string) (any, error) { return netcfg.NewConfigFromMap(d) },
 		honoured: []string{netcfg.DomainTemplateKey, netcfg.TagTemplateKey, "domainTemplate", "tagTemplate"},
 		why:      map[string]string{"": "knbox has no ingress, certificates, TLS between components or gradual rollout to configure"},
+	},
+	TracingName: {
+		parse: func(d map[string]string) (any, error) { return tracingconfig.NewTracingConfigFromMap(d) },
 	},
 	DeploymentName: {
 		parse: func(d map[string]string) (any, error) { return parseDeployment(d) },

@@ -42,6 +42,7 @@ import (
 	"github.com/knbox/knbox/pkg/authz"
 	"github.com/knbox/knbox/pkg/autoscaler"
 	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
@@ -127,7 +128,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	defer closeAccessLog()
 	var revLabels revisionLabels
-	mtr := metrics.New(metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength})
+	tracer, err := newTracer(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The spans still queued go out, for a while.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(sctx); err != nil {
+			log.Warn("exporting the last spans", "err", err)
+		}
+	}()
+	mopts := metrics.Options{Labels: revLabels.labels, AccessLog: accessLog, QueueLength: cfg.Observability.QueueLength}
+	if tracer != nil {
+		mopts.Trace = tracer.Observe
+	}
+	mtr := metrics.New(mopts)
 	stOpts := storeOptions(cfg)
 	stOpts.ObserveCommit = mtr.ObserveStoreCommit
 	st, err := openStore(ctx, filepath.Join(cfg.DataDir, "knbox.db"), stOpts, handoverWait+stopTimeout)
@@ -238,8 +255,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err := writePrivate(filepath.Join(cfg.DataDir, KubeconfigFile), kc); err != nil {
 		return err
 	}
+	apiHandler := srv.Handler()
+	if cc := cfg.Observability.Console; !cc.Disabled {
+		con, err := console.New(console.Options{API: apiHandler, Totals: consoleTotals(mtr), LatencyBounds: metrics.LatencyBounds(), MaxSessions: cc.MaxSessions,
+			SessionTTL: time.Duration(cc.SessionTTL), SampleInterval: time.Duration(cc.SampleInterval), Samples: cc.Samples,
+			Logger: log.With("component", "console")})
+		if err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		go con.Run(runCtx)
+		apiHandler = console.Mount(con, apiHandler)
+	}
 	api := apiListen(cfg).Apply(&http.Server{
-		Handler:   srv.Handler(),
+		Handler:   apiHandler,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})

@@ -19,10 +19,12 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/autoscaler"
 	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/metrics"
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/replicas"
 	"github.com/knbox/knbox/pkg/router"
+	"github.com/knbox/knbox/pkg/tracing"
 )
 
 // openAccessLog returns where the access log goes: nil when it is off,
@@ -155,4 +157,26 @@ func metricsServer(m *metrics.Metrics) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second}
+}
+
+// consoleTotals gives the console's graphs the metrics' totals.
+func consoleTotals(m *metrics.Metrics) func() ([]console.Totals, error) {
+	return func() ([]console.Totals, error) {
+		ts, err := m.Totals()
+		out := make([]console.Totals, len(ts))
+		for i, t := range ts {
+			out[i] = console.Totals{Namespace: t.Namespace, Revision: t.Revision, Requests: t.Requests, Latency: t.Latency, Instances: t.Instances}
+		}
+		return out, err
+	}
+}
+
+// newTracer returns the tracer that config-tracing asks for, nil when its
+// backend is none (the default).
+func newTracer(cfg *config.Config) (*tracing.Tracer, error) {
+	tc, err := cfg.Tracing()
+	if err != nil {
+		return nil, err
+	}
+	return tracing.New(tracing.Config{Backend: string(tc.Backend), ZipkinEndpoint: tc.ZipkinEndpoint, SampleRate: tc.SampleRate, Debug: tc.Debug})
 }

@@ -48,6 +48,10 @@ type Options struct {
 	// QueueLength bounds the observed requests waiting for the metrics
 	// goroutine; 0 means DefaultQueueLength.
 	QueueLength int
+	// Trace, if not nil, is given each observed request on the metrics
+	// goroutine, after it was counted (to make its spans off the request
+	// path).
+	Trace func(*router.RequestInfo)
 }
 
 // Metrics is knbox's registry. Create it with New, run Run, give it to the
@@ -57,6 +61,7 @@ type Metrics struct {
 	reg    *prometheus.Registry
 	labels func(namespace, revision string) (string, string)
 	access *slog.Logger
+	trace  func(*router.RequestInfo)
 	queue  chan item
 
 	dropped                          prometheus.Counter
@@ -85,7 +90,7 @@ func New(o Options) *Metrics {
 	if o.QueueLength <= 0 {
 		o.QueueLength = DefaultQueueLength
 	}
-	m := &Metrics{reg: prometheus.NewRegistry(), labels: o.Labels, queue: make(chan item, o.QueueLength),
+	m := &Metrics{reg: prometheus.NewRegistry(), labels: o.Labels, trace: o.Trace, queue: make(chan item, o.QueueLength),
 		starts: starts{since: time.Now(), pending: map[string]bool{}}}
 	if m.labels == nil {
 		m.labels = func(string, string) (string, string) { return "", "" }
@@ -170,6 +175,9 @@ func (m *Metrics) Run(ctx context.Context) {
 		case it := <-m.queue:
 			if it.info != nil {
 				m.observe(it.info)
+				if m.trace != nil {
+					m.trace(it.info)
+				}
 			} else {
 				m.forget(it.forget[0], it.forget[1])
 			}

@@ -744,6 +744,7 @@ func (sc *serverConn) appendRequest(b []byte) []byte {
 		b = appendTraceparent(b)
 		if sc.r.observer != nil {
 			sc.pendingInfo.Traceparent = string(b[n:])
+			sc.pendingInfo.TraceStarted = true
 		}
 		b = append(b, "\r\n"...)
 	}

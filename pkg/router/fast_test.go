@@ -314,18 +314,38 @@ func TestObserver(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	e.do(http.MethodGet, host, "/traced", nil, http.Header{"Traceparent": {tp}})
+	// A request is observed once its response is written: await all, and
+	// find each by what it was.
+	eventually(t, "4 observations", func() bool { return len(obs.list()) >= 4 })
 	got := obs.list()
-	if len(got) != 3 {
-		t.Fatalf("%d observations, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("%d observations, want 4: %+v", len(got), got)
 	}
-	r := got[0]
+	var r, unknown, h2, traced RequestInfo
+	for _, o := range got {
+		switch {
+		case o.Target == "/x?y":
+			r = o
+		case o.Target == "/traced":
+			traced = o
+		case o.Proto == "HTTP/2.0":
+			h2 = o
+		default:
+			unknown = o
+		}
+	}
 	if r.Namespace != "default" || r.Route != "o" || r.Revision != "o-1" || r.Instance != "o-1-0" || r.Code != 200 ||
 		r.Method != "POST" || r.Target != "/x?y" || r.RequestBytes != 3 || r.ResponseBytes != 5 || r.UserAgent != "t/1" ||
 		r.Traceparent == "" || r.Duration <= 0 {
 		t.Errorf("fast path: %+v", r)
 	}
-	if got[1].Code != 404 || got[1].Route != "" || got[2].Proto != "HTTP/2.0" {
-		t.Errorf("unknown host %+v / h2c %+v", got[1], got[2])
+	if unknown.Code != 404 || unknown.Route != "" || h2.Proto != "HTTP/2.0" {
+		t.Errorf("unknown host %+v / h2c %+v", unknown, h2)
+	}
+	if !r.TraceStarted || traced.TraceStarted || traced.Traceparent != tp {
+		t.Errorf("trace started %v with %q, %v with %q (the client's)", r.TraceStarted, r.Traceparent, traced.TraceStarted, traced.Traceparent)
 	}
 }
 

@@ -29,6 +29,8 @@ type RequestInfo struct {
 	// client's, or the one knbox started); empty if the request was not
 	// proxied.
 	Traceparent string
+	// TraceStarted says knbox started Traceparent: the client sent none.
+	TraceStarted bool
 
 	// Code is the status sent to the client; 0 if none was (the client
 	// went away, or the instance failed before answering and the
@@ -125,6 +127,7 @@ func (r *Router) observeHTTP(req *http.Request, t *target, c *call, code int, st
 		info.Code = c.status
 		info.ResponseBytes = c.written
 		info.Traceparent = c.traceparent
+		info.TraceStarted = c.traceparent != "" && req.Header.Get("Traceparent") == ""
 		if c.body != nil {
 			info.RequestBytes = c.body.n.Load()
 		}
