@@ -283,6 +283,33 @@ func (n *NS) Listen(network, addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// ListenPacket listens for UDP datagrams on addr (an IP literal, loopback
+// or unspecified, with a port) inside the namespace, as Listen does for TCP.
+// Replies sent on it leave from the namespace too.
+func (n *NS) ListenPacket(network, addr string) (net.PacketConn, error) {
+	switch network {
+	case "udp", "udp4", "udp6":
+	default:
+		return nil, fmt.Errorf("listen on %s in netns %s: network %q: only udp, udp4 and udp6", addr, n.Name, network)
+	}
+	if err := checkAddr("tcp", addr, false); err != nil {
+		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
+	}
+	var pc net.PacketConn
+	err := n.in(func(func() error) error {
+		var err error
+		pc, err = (&net.ListenConfig{}).ListenPacket(context.Background(), network, addr)
+		return err
+	})
+	if err != nil {
+		if pc != nil {
+			pc.Close()
+		}
+		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
+	}
+	return pc, nil
+}
+
 // checkAddr accepts TCP with an IP literal: a loopback one, or for listening
 // also an unspecified one.
 func checkAddr(network, addr string, dial bool) error {
