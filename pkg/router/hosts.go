@@ -42,21 +42,40 @@ type hostIndex struct {
 	hosts map[string]*target
 }
 
-// lookup returns the target of a Host header; nil if unknown.
-func (x *hostIndex) lookup(host string) *target {
-	h := canonicalHost(host)
-	if h == "" {
-		return nil
-	}
-	return x.hosts[h]
-}
-
-// rebuildHosts rebuilds the host index from the table. Rebuilds are
+// rebuildHosts rebuilds the host indexes from the table. Rebuilds are
 // serialised, so the last one stored read the newest table.
 func (r *Router) rebuildHosts() {
 	r.hostsMu.Lock()
 	defer r.hostsMu.Unlock()
-	r.hosts.Store(buildIndex(r.table.Routes(), r.external))
+	routes := r.table.Routes()
+	r.hosts.Store(buildIndex(routes, r.external))
+	r.local.Store(buildIndex(routes, false))
+}
+
+// find returns the target of a canonical host for a client of scope: ""
+// for the listener's own clients, else the namespace of the instance whose
+// in-namespace listener took the request (see [Server.Namespace]); such a
+// client reaches every Route (cluster-local ones included) and names one
+// of its own namespace by its bare name, as a pod's search path does.
+func (r *Router) find(host, scope string) *target {
+	if scope == "" {
+		return r.hosts.Load().hosts[host]
+	}
+	x := r.local.Load()
+	if t := x.hosts[host]; t != nil {
+		return t
+	}
+	if host != "" && !strings.Contains(host, ".") && !strings.HasPrefix(host, "[") {
+		return x.hosts[host+"."+scope]
+	}
+	return nil
+}
+
+// ServesLocal reports whether host (canonical: lower case, no port, no
+// final dot) names a Route for an instance's call: the platform's name
+// server answers only such names.
+func (r *Router) ServesLocal(host string) bool {
+	return r.local.Load().hosts[host] != nil
 }
 
 // buildIndex indexes routes (ordered by namespace and name: when two claim
