@@ -21,6 +21,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,11 +273,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	var nameservers []string
+	var nameservers, upstream []string
 	if egress != nil {
 		nameservers = cfg.Egress.Nameservers
 		log.Info("egress on: instances reach the outside through NAT", "bridge", egress.Bridge(), "subnet", egress.Subnet(), "nameservers", nameservers)
+		for _, ns := range nameservers {
+			if ip, err := netip.ParseAddr(ns); err == nil {
+				upstream = append(upstream, netip.AddrPortFrom(ip, 53).String())
+			}
+		}
+		if len(upstream) == 0 {
+			upstream = hostNameservers()
+		}
 	}
+	// Instances' names and calls to other services, served inside their
+	// network namespaces; the router serves them once it exists.
+	instNet := newInstanceNet(upstream, log.With("component", "instance-network"))
+	defer instNet.Close()
 	dep, err := cfg.Deployment()
 	if err != nil {
 		return err
@@ -294,6 +307,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Policy:      policy,
 		ShimCommand: []string{self, "shim"},
 		PullTimeout: dep.ProgressDeadline,
+		Network:     instNet.attach,
 		Logger:      log.With("component", "pod"),
 	})
 	if err != nil {
@@ -389,6 +403,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	data := &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
 		IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: lim.MaxHeaderBytes, H2C: routerListen(cfg).H2C()}
 	go func() { errc <- data.Serve(dataLn) }()
+	instNet.start(rt, func(namespace string) *router.Server {
+		return &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
+			IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: lim.MaxHeaderBytes, H2C: routerListen(cfg).H2C(), Namespace: namespace}
+	})
 	var dataTLS *http.Server
 	if tlsLn != nil {
 		dcert, err := tls.LoadX509KeyPair(cfg.HTTPSCertFile, cfg.HTTPSKeyFile)
@@ -441,6 +459,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	notify(log, sdnotify.SdNotifyStopping)
 	shutdown(api, apiShutdownTimeout)
 	shutdown(data, drainTimeout)
+	instNet.Close()
 	if dataTLS != nil {
 		shutdown(dataTLS, drainTimeout)
 	}
