@@ -33,8 +33,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	psadmission "k8s.io/pod-security-admission/admission"
 	psaapi "k8s.io/pod-security-admission/admission/api"
+	networking "knative.dev/networking/pkg/apis/networking"
 	"knative.dev/pkg/apis"
 	servingcfg "knative.dev/serving/pkg/apis/config"
+	"knative.dev/serving/pkg/apis/serving"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/quota"
@@ -213,7 +215,7 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa)
+		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa).Also(checkVisibility(req.Object, meta, req.Old))
 	}
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
@@ -230,6 +232,34 @@ var (
 	_ knativeObject = (*servingv1.Revision)(nil)
 	_ knativeObject = (*servingv1.Route)(nil)
 )
+
+// checkVisibility refuses a Service's or Route's visibility label with a
+// value other than cluster-local (its only value; without it a Route is
+// public), as Knative's ValidateClusterVisibilityLabel did before it let
+// any value mean public: a typo would otherwise publish a Service meant to
+// be private. An unchanged value of an object stored earlier passes.
+func checkVisibility(obj runtime.Object, meta *metav1.ObjectMeta, old runtime.Object) *apis.FieldError {
+	switch obj.(type) {
+	case *servingv1.Service, *servingv1.Route:
+	default:
+		return nil
+	}
+	v, ok := meta.Labels[networking.VisibilityLabelKey]
+	if !ok || v == serving.VisibilityClusterLocal {
+		return nil
+	}
+	if old != nil {
+		if om, isMeta := old.(metav1.ObjectMetaAccessor); isMeta {
+			if ov, had := om.GetObjectMeta().GetLabels()[networking.VisibilityLabelKey]; had && ov == v {
+				return nil
+			}
+		}
+	}
+	return &apis.FieldError{
+		Message: fmt.Sprintf("invalid value %q: the only value is %q (omit the label for a public Route)", v, serving.VisibilityClusterLocal),
+		Paths:   []string{"metadata.labels[" + networking.VisibilityLabelKey + "]"},
+	}
+}
 
 // checkRuntimeClass refuses a pod spec that names a RuntimeClass that does
 // not exist, at the field path that names it.
