@@ -1,0 +1,160 @@
+package e2e
+
+// Services calling services (issue 13): platform names inside instances
+// under runc and runsc, cluster-local visibility, scale from zero woken by
+// another service.
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// fetchResult is runtime-info's /fetch answer.
+type fetchResult struct {
+	URL    string `json:"url"`
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+	Error  string `json:"error"`
+	Micros int64  `json:"micros"`
+}
+
+// resolveResult is runtime-info's /resolve answer.
+type resolveResult struct {
+	Addrs    []string `json:"addrs"`
+	NotFound bool     `json:"notFound"`
+	Error    string   `json:"error"`
+}
+
+func (e *contractEnv) fetchFrom(t *testing.T, svc, u string) fetchResult {
+	t.Helper()
+	var f fetchResult
+	body := e.mustGet(t, svc, "/fetch?url="+url.QueryEscape(u))
+	if err := json.Unmarshal(body, &f); err != nil {
+		t.Fatalf("/fetch: %v\n%s", err, body)
+	}
+	return f
+}
+
+func (e *contractEnv) resolveFrom(t *testing.T, svc, name string) resolveResult {
+	t.Helper()
+	var r resolveResult
+	body := e.mustGet(t, svc, "/resolve?name="+url.QueryEscape(name))
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("/resolve: %v\n%s", err, body)
+	}
+	return r
+}
+
+// TestServiceToService: callers under runc and runsc reach a callee by
+// every name form (full, name.ns, name), a callee at zero (woken by the
+// call) and a cluster-local one, which the external listener refuses with
+// 404; other names fail at once with NXDOMAIN (egress off).
+func TestServiceToService(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "knbox.yaml")
+	if err := os.WriteFile(cfg, []byte(dataPlaneConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newContractEnv(t, "--config", cfg)
+	callee := contractService("callee", "runc", corev1.Container{Image: e.infoRef})
+	private := contractService("private", "runc", corev1.Container{Image: e.infoRef})
+	private.Labels = map[string]string{"networking.knative.dev/visibility": "cluster-local"}
+	sleepy := contractService("sleepy", "runc", corev1.Container{Image: e.infoRef})
+	sleepy.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/initial-scale": "0"}
+	e.apply(t, callee)
+	e.apply(t, private)
+	e.apply(t, sleepy)
+	for _, rc := range contractRuntimeClasses {
+		e.apply(t, contractService("caller", rc, corev1.Container{Image: e.infoRef}))
+	}
+	for _, s := range []string{"callee-runc", "private-runc", "sleepy-runc", "caller-runc", "caller-runsc"} {
+		e.waitReady(t, s)
+	}
+
+	// The external listener: 404 for the cluster-local Service, whose URL
+	// is its cluster-local address.
+	if u := e.url(t, "private-runc"); u != "http://private-runc.default.svc.cluster.local" {
+		t.Errorf("cluster-local status.url %q", u)
+	}
+	if code, body, err := e.get(t, "private-runc", "/", 30*time.Second); err != nil || code != http.StatusNotFound {
+		t.Errorf("external GET of the cluster-local Service: %d %v %s, want 404", code, err, body)
+	}
+
+	for _, rc := range contractRuntimeClasses {
+		t.Run(rc, func(t *testing.T) {
+			caller := "caller-" + rc
+			for _, u := range []string{
+				"http://callee-runc.default.svc.cluster.local/",
+				"http://callee-runc.default.svc.cluster.local./",
+				"http://callee-runc.default/",
+				"http://callee-runc/",
+				"http://private-runc.default.svc.cluster.local/",
+				"http://private-runc/",
+			} {
+				f := e.fetchFrom(t, caller, u)
+				if f.Status != 200 || f.Error != "" {
+					t.Errorf("%s -> %s: %+v", caller, u, f)
+				}
+			}
+			if f := e.fetchFrom(t, caller, "http://nope.default.svc.cluster.local/"); f.Status != 0 || f.Error == "" {
+				t.Errorf("unknown service: %+v, want a lookup failure", f)
+			}
+			for _, name := range []string{"example.com", "nope.default.svc.cluster.local", "nope"} {
+				if r := e.resolveFrom(t, caller, name); !r.NotFound {
+					t.Errorf("resolve %s: %+v, want NXDOMAIN", name, r)
+				}
+			}
+			if r := e.resolveFrom(t, caller, "callee-runc"); len(r.Addrs) != 1 || r.Addrs[0] != "127.0.0.2" {
+				t.Errorf("resolve callee-runc: %+v", r)
+			}
+		})
+	}
+
+	// The callee at zero, woken by another service's call.
+	f := e.fetchFrom(t, "caller-runc", "http://sleepy-runc/")
+	if f.Status != 200 {
+		t.Fatalf("call to a callee at zero: %+v", f)
+	}
+	t.Logf("FIGURE cold start of a callee woken by another service (runc): %.1f ms", float64(f.Micros)/1000)
+
+	// Latency: the same callee called from an instance (through the
+	// router's in-namespace listener) and from the host (through the
+	// external listener), interleaved, p50 of each.
+	const n = 40
+	var inner, outer []time.Duration
+	keep := routerClient(e.k.srv.httpAddr, 1) // keep-alive, as the caller's client
+	calleeURL := e.url(t, "callee-runc") + "/healthz"
+	for range n {
+		f := e.fetchFrom(t, "caller-runc", "http://callee-runc.default.svc.cluster.local/healthz")
+		if f.Status != 200 {
+			t.Fatalf("internal call: %+v", f)
+		}
+		inner = append(inner, time.Duration(f.Micros)*time.Microsecond)
+		start := time.Now()
+		resp, err := keep.Get(calleeURL)
+		if err != nil {
+			t.Fatalf("external call: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("external call: %d", resp.StatusCode)
+		}
+		outer = append(outer, time.Since(start))
+	}
+	t.Logf("FIGURE p50 service-to-service %v, external %v (n=%d, same callee, same run)", p50(inner), p50(outer), n)
+}
+
+func p50(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
