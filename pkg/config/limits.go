@@ -23,6 +23,18 @@ type Limits struct {
 	Store  StoreLimits  `json:"store,omitempty"`
 	Disk   DiskLimits   `json:"disk,omitempty"`
 	Images ImageLimits  `json:"images,omitempty"`
+	// InstanceDNS bounds the name server knbox serves inside instances.
+	InstanceDNS DNSLimits `json:"instanceDNS,omitempty"`
+}
+
+// DNSLimits bound the name server of instances (package dns) in what it
+// forwards to the host's name servers (egress on).
+type DNSLimits struct {
+	// MaxForwarding is the number of queries forwarded at once, for all
+	// instances together; more get SERVFAIL.
+	MaxForwarding int `json:"maxForwarding,omitempty"`
+	// ForwardTimeout bounds a forwarded query, per upstream server.
+	ForwardTimeout Duration `json:"forwardTimeout,omitempty"`
 }
 
 // ServerLimits bound an HTTP listener's connections.
@@ -140,15 +152,18 @@ const (
 	DefaultMinFreeBytes = 256 << 20
 	DefaultReserveBytes = 64 << 20
 
-	DefaultMaxLayerBytes    = 4 << 30
-	DefaultMaxImageBytes    = 8 << 30
-	DefaultMaxLayerFiles    = 250000
-	DefaultMaxImageFiles    = 500000
-	DefaultMaxLayers        = 127 // as Docker's overlay2
-	DefaultMaxConfigBytes   = 8 << 20
-	DefaultMaxManifestBytes = 4 << 20 // as the distribution registry's
-	DefaultPullBackoff      = 10 * time.Second
-	DefaultMaxPullBackoff   = 5 * time.Minute
+	DefaultMaxLayerBytes     = 4 << 30
+	DefaultMaxImageBytes     = 8 << 30
+	DefaultMaxLayerFiles     = 250000
+	DefaultMaxImageFiles     = 500000
+	DefaultMaxLayers         = 127 // as Docker's overlay2
+	DefaultMaxConfigBytes    = 8 << 20
+	DefaultMaxManifestBytes  = 4 << 20 // as the distribution registry's
+	DefaultDNSMaxForwarding  = 256
+	DefaultDNSForwardTimeout = 2 * time.Second
+
+	DefaultPullBackoff    = 10 * time.Second
+	DefaultMaxPullBackoff = 5 * time.Minute
 )
 
 func (l *Limits) applyDefaults() {
@@ -182,6 +197,8 @@ func (l *Limits) applyDefaults() {
 	defBytes(&i.MaxManifestBytes, DefaultMaxManifestBytes)
 	defDuration(&i.PullBackoff, DefaultPullBackoff)
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
+	defInt(&l.InstanceDNS.MaxForwarding, DefaultDNSMaxForwarding)
+	defDuration(&l.InstanceDNS.ForwardTimeout, DefaultDNSForwardTimeout)
 }
 
 func defInt(v *int, d int) {
@@ -253,6 +270,8 @@ func (l *Limits) validate() error {
 	pos("images.maxManifestBytes", int64(i.MaxManifestBytes))
 	posDur("images.pullBackoff", i.PullBackoff)
 	posDur("images.maxPullBackoff", i.MaxPullBackoff)
+	pos("instanceDNS.maxForwarding", int64(l.InstanceDNS.MaxForwarding))
+	posDur("instanceDNS.forwardTimeout", l.InstanceDNS.ForwardTimeout)
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}

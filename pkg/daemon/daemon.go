@@ -289,6 +289,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	// Instances' names and calls to other services, served inside their
 	// network namespaces; the router serves them once it exists.
 	instNet := newInstanceNet(upstream, log.With("component", "instance-network"))
+	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
+	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()
 	dep, err := cfg.Deployment()
 	if err != nil {

@@ -6,12 +6,16 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +121,46 @@ func TestServiceToService(t *testing.T) {
 			}
 		})
 	}
+
+	// Names on the host: the printed URL's host resolves with the glibc
+	// resolver (libnss-myhostname, which hack/install-deps.sh installs)
+	// to an address where the router answers.
+	t.Run("GetentHosts", func(t *testing.T) {
+		requireTool(t, "getent")
+		u, err := url.Parse(e.url(t, "callee-runc"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("getent", "ahostsv4", u.Hostname()).CombinedOutput()
+		if err != nil {
+			msg := fmt.Sprintf("getent ahostsv4 %s: %v %s (run hack/install-deps.sh: libnss-myhostname)", u.Hostname(), err, out)
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		f := strings.Fields(string(out))
+		if len(f) == 0 || f[0] != "127.0.0.1" {
+			t.Fatalf("getent ahostsv4 %s: %q, want 127.0.0.1", u.Hostname(), out)
+		}
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		req, err := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(f[0], port)+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = u.Host
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("GET the resolved %s: %v", req.URL, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET the resolved %s (Host %s): %d", req.URL, u.Host, resp.StatusCode)
+		}
+	})
 
 	// The callee at zero, woken by another service's call.
 	f := e.fetchFrom(t, "caller-runc", "http://sleepy-runc/")
