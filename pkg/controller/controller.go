@@ -29,10 +29,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	netcfg "knative.dev/networking/pkg/config"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	informers "knative.dev/serving/pkg/client/informers/externalversions"
 	listers "knative.dev/serving/pkg/client/listers/serving/v1"
+	v1beta1listers "knative.dev/serving/pkg/client/listers/serving/v1beta1"
 	gcconfig "knative.dev/serving/pkg/gc"
 	routecfg "knative.dev/serving/pkg/reconciler/route/config"
 
@@ -44,8 +46,11 @@ type Options struct {
 	Client  servingclient.Interface
 	Runtime Runtime
 	// Scaler owns each revision's desired scale and Active condition.
-	Scaler  Scaler
-	Routes  *routing.Table
+	Scaler Scaler
+	Routes *routing.Table
+	// Claims reads and makes ClusterDomainClaims; nil: DomainMappings are
+	// not reconciled.
+	Claims  netclient.Interface
 	Network *netcfg.Config
 	Domain  *routecfg.Domain
 	GC      *gcconfig.Config
@@ -81,6 +86,8 @@ type Controller struct {
 	configs   listers.ConfigurationLister
 	revisions listers.RevisionLister
 	routes    listers.RouteLister
+	// domainMappings is nil when Options.Claims is.
+	domainMappings v1beta1listers.DomainMappingLister
 
 	queues      map[string]workqueue.RateLimitingInterface
 	synced      []cache.InformerSynced
@@ -140,7 +147,19 @@ func New(opts Options) (*Controller, error) {
 	c.watch(sv.Routes().Informer(), func(o metaObject) {
 		c.enqueue(kindRoute, o.GetNamespace(), o.GetName())
 		c.enqueueOwner(kindService, o)
+		c.enqueueDomainMappings(o.GetNamespace())
 	})
+	if opts.Claims != nil {
+		dmi := c.factory.Serving().V1beta1().DomainMappings()
+		c.domainMappings = dmi.Lister()
+		c.queues[kindDomainMapping] = workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), kindDomainMapping)
+		c.watch(dmi.Informer(), func(o metaObject) {
+			c.enqueue(kindDomainMapping, o.GetNamespace(), o.GetName())
+			// A mapping of the same domain in another namespace may
+			// take over the domain.
+			c.enqueueSameDomain(o.GetName())
+		})
+	}
 	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	opts.Scaler.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	return c, nil
@@ -210,6 +229,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		kindRevision:      c.reconcileRevision,
 		kindRoute:         c.reconcileRoute,
 	}
+	if c.domainMappings != nil {
+		reconcilers[kindDomainMapping] = c.reconcileDomainMapping
+	}
 	var wg sync.WaitGroup
 	for kind, rec := range reconcilers {
 		q := c.queues[kind]
@@ -263,6 +285,18 @@ func (c *Controller) firstPass(ctx context.Context) {
 	for _, r := range rts {
 		if err := c.reconcileRoute(ctx, r.Namespace, r.Name); err != nil && ctx.Err() == nil {
 			c.log.Debug("first pass: route", "namespace", r.Namespace, "route", r.Name, "err", err)
+		}
+	}
+	if c.domainMappings == nil {
+		return
+	}
+	dms, err := c.domainMappings.List(everything())
+	if err != nil {
+		return
+	}
+	for _, d := range dms {
+		if err := c.reconcileDomainMapping(ctx, d.Namespace, d.Name); err != nil && ctx.Err() == nil {
+			c.log.Debug("first pass: domain mapping", "namespace", d.Namespace, "domainMapping", d.Name, "err", err)
 		}
 	}
 }

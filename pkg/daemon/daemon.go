@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
@@ -372,7 +373,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
+	claims, err := netclient.NewForConfig(clientCfg)
+	if err != nil {
+		return err
+	}
+	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
 	if err != nil {
 		return err
 	}
@@ -595,7 +600,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, client servingclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
 	apiURL string, resolveTimeout time.Duration, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
@@ -614,7 +619,7 @@ func newController(cfg *config.Config, client servingclient.Interface, rt contro
 		port = tcp.Port
 	}
 	return controller.New(controller.Options{
-		Client: client, Runtime: rt, Scaler: scaler, Routes: routes,
+		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Logger: log.With("component", "controller"),
 	})

@@ -47,9 +47,9 @@ type hostIndex struct {
 func (r *Router) rebuildHosts() {
 	r.hostsMu.Lock()
 	defer r.hostsMu.Unlock()
-	routes := r.table.Routes()
-	r.hosts.Store(buildIndex(routes, r.external))
-	r.local.Store(buildIndex(routes, false))
+	routes, mappings := r.table.Routes(), r.table.Mappings()
+	r.hosts.Store(buildIndex(routes, mappings, r.external))
+	r.local.Store(buildIndex(routes, mappings, false))
 }
 
 // find returns the target of a canonical host for a client of scope: ""
@@ -81,7 +81,7 @@ func (r *Router) ServesLocal(host string) bool {
 // buildIndex indexes routes (ordered by namespace and name: when two claim
 // the same host, the first wins). Published hosts win over the derived
 // cluster-local addresses.
-func buildIndex(routes []routing.Route, external bool) *hostIndex {
+func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool) *hostIndex {
 	x := &hostIndex{hosts: map[string]*target{}}
 	add := func(host string, t *target) {
 		h := canonicalHost(host)
@@ -93,10 +93,8 @@ func buildIndex(routes []routing.Route, external bool) *hostIndex {
 		}
 	}
 	mains := make([]*target, len(routes))
+	byName := make(map[string]*target, len(routes))
 	for i, rt := range routes {
-		if external && rt.ClusterLocal {
-			continue
-		}
 		t := &target{namespace: rt.Namespace, route: rt.Name}
 		for _, s := range rt.Traffic {
 			if s.Percent > 0 && s.Revision != "" {
@@ -105,11 +103,23 @@ func buildIndex(routes []routing.Route, external bool) *hostIndex {
 			}
 		}
 		mains[i] = t
+		byName[rt.Namespace+"/"+rt.Name] = t
+		if external && rt.ClusterLocal {
+			continue
+		}
 		add(rt.Host, t)
 		for host, rev := range rt.Tags {
 			if rev != "" {
 				add(host, &target{namespace: rt.Namespace, route: rt.Name, tagRevision: rev})
 			}
+		}
+	}
+	// A DomainMapping's host serves its Route's main split, whatever the
+	// Route's visibility (mapping a cluster-local Service is how Knative
+	// publishes it under a domain of one's own).
+	for _, m := range mappings {
+		if t := byName[m.Namespace+"/"+m.Route]; t != nil {
+			add(m.Host, t)
 		}
 	}
 	if !external {

@@ -1065,3 +1065,34 @@ func TestInstanceScope(t *testing.T) {
 		t.Error("ServesLocal disagrees with the routes")
 	}
 }
+
+// TestDomainMappingHosts: a mapping's host serves its Route's split, even a
+// cluster-local Route's on the external listener; it goes with the mapping
+// or the Route.
+func TestDomainMappingHosts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{External: true})
+	priv := backend(t, named("private"))
+	e.inst.setConfig("default", "private-1", RevisionConfig{})
+	e.inst.setEndpoints("default", "private-1", loopbackEndpoint("c", priv))
+	e.table.Set(routing.Route{Namespace: "default", Name: "private", Host: "private.default.svc.cluster.local",
+		ClusterLocal: true, Traffic: []routing.Split{{Revision: "private-1", Percent: 100}}})
+	if resp, _ := e.get("shop.example.com"); resp.StatusCode != 404 {
+		t.Fatalf("unmapped: %d", resp.StatusCode)
+	}
+	e.table.SetMapping(routing.Mapping{Host: "shop.example.com", Namespace: "default", Route: "private"})
+	if resp, body := e.get("Shop.Example.com:8080"); resp.StatusCode != 200 || body != "private" {
+		t.Errorf("mapped: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := e.get("private.default.svc.cluster.local"); resp.StatusCode != 404 {
+		t.Errorf("the cluster-local Route itself: %d, want 404", resp.StatusCode)
+	}
+	e.table.SetMapping(routing.Mapping{Host: "gone.example.com", Namespace: "default", Route: "nope"})
+	if resp, _ := e.get("gone.example.com"); resp.StatusCode != 404 {
+		t.Errorf("mapping to a missing Route: %d, want 404", resp.StatusCode)
+	}
+	e.table.DeleteMapping("shop.example.com")
+	if resp, _ := e.get("shop.example.com"); resp.StatusCode != 404 {
+		t.Errorf("deleted mapping: %d, want 404", resp.StatusCode)
+	}
+}

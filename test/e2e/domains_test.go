@@ -202,3 +202,90 @@ func p50(d []time.Duration) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
 }
+
+// TestDomainMapping: a DomainMapping through kubectl maps a domain to a
+// Service once a ClusterDomainClaim gives the domain to its namespace (the
+// Knative gate, autocreate-cluster-domain-claims off); a mapping of a domain
+// claimed for another namespace is refused in its status and not served;
+// bad names are refused with their reason.
+func TestDomainMapping(t *testing.T) {
+	e := newContractEnv(t)
+	e.apply(t, contractService("shop", "runc", corev1.Container{Image: e.infoRef}))
+	e.waitReady(t, "shop-runc")
+	dm := func(ns string) string {
+		return "apiVersion: serving.knative.dev/v1beta1\nkind: DomainMapping\nmetadata:\n  name: shop.example.com\n  namespace: " + ns +
+			"\nspec:\n  ref:\n    apiVersion: serving.knative.dev/v1\n    kind: Service\n    name: shop-runc\n"
+	}
+	getHost := func(host string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+e.k.srv.httpAddr+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", host, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	e.kubectl(t, dm("default"), "apply", "-f", "-")
+	e.waitFor(t, "domainmapping/shop.example.com", "condition=DomainClaimed=false", time.Minute)
+	if code := getHost("shop.example.com"); code != http.StatusNotFound {
+		t.Errorf("unclaimed domain served: %d", code)
+	}
+	e.kubectl(t, "apiVersion: networking.internal.knative.dev/v1alpha1\nkind: ClusterDomainClaim\nmetadata:\n  name: shop.example.com\nspec:\n  namespace: default\n", "apply", "-f", "-")
+	// The claim does not wake the mapping by itself: touch it.
+	e.kubectl(t, "", "annotate", "domainmapping/shop.example.com", "touched=1")
+	e.waitFor(t, "domainmapping/shop.example.com", "condition=Ready", time.Minute)
+	if u := e.kubectl(t, "", "get", "dm", "shop.example.com", "-o", "jsonpath={.status.url}"); !strings.HasPrefix(u, "http://shop.example.com") {
+		t.Errorf("status.url %q", u)
+	}
+	if code := getHost("shop.example.com"); code != 200 {
+		t.Errorf("mapped domain: %d, want 200", code)
+	}
+
+	// Another namespace mapping the claimed domain: refused in status.
+	e.kubectl(t, "", "create", "namespace", "other")
+	e.kubectl(t, dm("other"), "apply", "-f", "-")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		reason := e.kubectl(t, "", "get", "dm", "shop.example.com", "-n", "other", "-o",
+			`jsonpath={.status.conditions[?(@.type=="DomainClaimed")].reason}`)
+		if reason == "DomainAlreadyClaimed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conflicting mapping: reason %q, want DomainAlreadyClaimed", reason)
+		}
+	}
+	if code := getHost("shop.example.com"); code != 200 {
+		t.Errorf("mapped domain after a conflicting mapping: %d, want 200", code)
+	}
+
+	// Bad input.
+	for _, tc := range []struct{ name, want string }{
+		{"Not_A_Domain", "invalid name"},
+		{"x.default.svc.cluster.local", "cluster local domain"},
+	} {
+		m := strings.Replace(dm("default"), "shop.example.com", tc.name, 1)
+		out, err := e.kubectlRun(t, m, "apply", "-f", "-")
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("DomainMapping %q: %v %s, want refused with %q", tc.name, err, out, tc.want)
+		}
+	}
+	out, err := e.kubectlRun(t, "apiVersion: networking.internal.knative.dev/v1alpha1\nkind: ClusterDomainClaim\nmetadata:\n  name: nons.example.com\nspec: {}\n", "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "spec.namespace") {
+		t.Errorf("claim without namespace: %v %s", err, out)
+	}
+
+	// Deleting the mapping unpublishes the domain.
+	e.kubectl(t, "", "delete", "dm", "shop.example.com")
+	deadline := time.Now().Add(time.Minute)
+	for getHost("shop.example.com") != http.StatusNotFound {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted mapping's domain is still served")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
