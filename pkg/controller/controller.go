@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,6 +87,8 @@ type Controller struct {
 	configs   listers.ConfigurationLister
 	revisions listers.RevisionLister
 	routes    listers.RouteLister
+	// domain is config-domain, replaced by SetDomain.
+	domain atomic.Pointer[routecfg.Domain]
 	// domainMappings is nil when Options.Claims is.
 	domainMappings v1beta1listers.DomainMappingLister
 
@@ -121,6 +124,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
 		initialized: make(chan struct{})}
+	c.domain.Store(opts.Domain)
 	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
 	sv := c.factory.Serving().V1()
 	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()
@@ -298,6 +302,19 @@ func (c *Controller) firstPass(ctx context.Context) {
 		if err := c.reconcileDomainMapping(ctx, d.Namespace, d.Name); err != nil && ctx.Err() == nil {
 			c.log.Debug("first pass: domain mapping", "namespace", d.Namespace, "domainMapping", d.Name, "err", err)
 		}
+	}
+}
+
+// SetDomain replaces config-domain and reconciles every Route (and so
+// every DomainMapping) with it: a change applies without a restart.
+func (c *Controller) SetDomain(d *routecfg.Domain) {
+	c.domain.Store(d)
+	rts, err := c.routes.List(everything())
+	if err != nil {
+		return
+	}
+	for _, r := range rts {
+		c.enqueue(kindRoute, r.Namespace, r.Name)
 	}
 }
 

@@ -121,7 +121,7 @@ func (c *Controller) hosts(rt *servingv1.Route, tags []string) (host string, tag
 	local = rt.Labels[networking.VisibilityLabelKey] == serving.VisibilityClusterLocal
 	domain := clusterLocalDomain
 	if !local {
-		domain = c.opts.Domain.LookupDomainForLabels(rt.Labels)
+		domain = c.domain.Load().LookupDomainForLabels(rt.Labels)
 		if domain == clusterLocalDomain {
 			local = true
 		}

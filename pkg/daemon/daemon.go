@@ -381,6 +381,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	if fileDomain, err := cfg.Domain(); err == nil {
+		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
+	}
 	inputs.Start(runCtx.Done())
 	done := make(chan struct{}, 4)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()

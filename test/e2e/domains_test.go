@@ -279,6 +279,25 @@ func TestDomainMapping(t *testing.T) {
 		t.Errorf("claim without namespace: %v %s", err, out)
 	}
 
+	// config-domain changes without a restart: the ConfigMap Knative reads.
+	e.kubectl(t, "", "create", "namespace", "knative-serving")
+	e.kubectl(t, "", "create", "configmap", "config-domain", "-n", "knative-serving", "--from-literal=example.org=")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		u := e.kubectl(t, "", "get", "ksvc", "shop-runc", "-o", "jsonpath={.status.url}")
+		if strings.HasPrefix(u, "http://shop-runc.default.example.org") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status.url %q after the config-domain change", u)
+		}
+	}
+	if code := getHost("shop-runc.default.example.org"); code != 200 {
+		t.Errorf("the new domain: %d, want 200", code)
+	}
+	if code := getHost("shop-runc.default.localhost"); code != http.StatusNotFound {
+		t.Errorf("the old domain: %d, want 404", code)
+	}
+
 	// Deleting the mapping unpublishes the domain.
 	e.kubectl(t, "", "delete", "dm", "shop.example.com")
 	deadline := time.Now().Add(time.Minute)
