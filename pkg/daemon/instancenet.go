@@ -134,7 +134,9 @@ func (n *instanceNet) attach(ctx context.Context, spec *pod.Spec, ns *network.NS
 	dnsPort = dnsPort && spec.Port != instanceDNSPort
 	att := &attachment{}
 	if routerPort {
-		ln, err := ns.Listen("tcp4", netip.AddrPortFrom(instanceAddr, instanceRouterPort).String())
+		// Shared (SO_REUSEPORT): a successor knbox adopting the instance
+		// binds beside this one while it exits.
+		ln, err := ns.ListenShared("tcp4", netip.AddrPortFrom(instanceAddr, instanceRouterPort).String())
 		if err != nil {
 			return "", nil, fmt.Errorf("the router's listener: %w", err)
 		}
