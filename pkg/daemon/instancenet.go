@@ -123,21 +123,31 @@ func (n *instanceNet) attach(ctx context.Context, spec *pod.Spec, ns *network.NS
 	if namespace == "" {
 		return "", nil, nil // not an instance of a Revision
 	}
-	dnsPort, routerPort := true, true
+	dnsPort, routerPort, metadataPort := true, true, true
 	for _, c := range spec.Containers {
 		for _, p := range c.Ports {
 			dnsPort = dnsPort && p.ContainerPort != instanceDNSPort
 			routerPort = routerPort && p.ContainerPort != instanceRouterPort
+			metadataPort = metadataPort && p.ContainerPort != instanceMetadataPort
 		}
 	}
 	routerPort = routerPort && spec.Port != instanceRouterPort
 	dnsPort = dnsPort && spec.Port != instanceDNSPort
+	metadataPort = metadataPort && spec.Port != instanceMetadataPort
 	att := &attachment{}
+	if metadataPort {
+		ln, err := ns.ListenShared("tcp4", netip.AddrPortFrom(instanceAddr, instanceMetadataPort).String())
+		if err != nil {
+			return "", nil, fmt.Errorf("the metadata service's listener: %w", err)
+		}
+		att.meta = serveMetadata(ln, spec)
+	}
 	if routerPort {
 		// Shared (SO_REUSEPORT): a successor knbox adopting the instance
 		// binds beside this one while it exits.
 		ln, err := ns.ListenShared("tcp4", netip.AddrPortFrom(instanceAddr, instanceRouterPort).String())
 		if err != nil {
+			att.Close()
 			return "", nil, fmt.Errorf("the router's listener: %w", err)
 		}
 		att.ln = ln
@@ -193,6 +203,7 @@ func (n *instanceNet) Close() {
 // attachment is what attach serves for one pod.
 type attachment struct {
 	ln     net.Listener
+	meta   *http.Server // the metadata service
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -200,6 +211,9 @@ type attachment struct {
 func (a *attachment) Close() error {
 	if a.ln != nil {
 		a.ln.Close()
+	}
+	if a.meta != nil {
+		a.meta.Close()
 	}
 	if a.cancel != nil {
 		a.cancel()

@@ -48,6 +48,16 @@ func (e *contractEnv) fetchFrom(t *testing.T, svc, u string) fetchResult {
 	return f
 }
 
+func (e *contractEnv) fetchFromH(t *testing.T, svc, u, header string) fetchResult {
+	t.Helper()
+	var f fetchResult
+	body := e.mustGet(t, svc, "/fetch?url="+url.QueryEscape(u)+"&h="+url.QueryEscape(header))
+	if err := json.Unmarshal(body, &f); err != nil {
+		t.Fatalf("/fetch: %v\n%s", err, body)
+	}
+	return f
+}
+
 func (e *contractEnv) resolveFrom(t *testing.T, svc, name string) resolveResult {
 	t.Helper()
 	var r resolveResult
@@ -118,6 +128,16 @@ func TestServiceToService(t *testing.T) {
 			}
 			if r := e.resolveFrom(t, caller, "callee-runc"); len(r.Addrs) != 1 || r.Addrs[0] != "127.0.0.2" {
 				t.Errorf("resolve callee-runc: %+v", r)
+			}
+			// The metadata service: the caller's own identity.
+			if f := e.fetchFrom(t, caller, "http://127.0.0.2:8181/v1/instance/service"); f.Status != http.StatusForbidden {
+				t.Errorf("metadata without Metadata-Flavor: %+v, want 403", f)
+			}
+			var m struct{ Namespace, Service, Revision, Instance string }
+			f := e.fetchFromH(t, caller, "http://127.0.0.2:8181/v1/instance", "Metadata-Flavor: knbox")
+			if err := json.Unmarshal([]byte(f.Body), &m); f.Status != 200 || err != nil || m.Namespace != "default" ||
+				m.Service != caller || !strings.HasPrefix(m.Revision, caller+"-") || !strings.HasPrefix(m.Instance, m.Revision) {
+				t.Errorf("metadata: %+v %v (%+v)", f, err, m)
 			}
 		})
 	}

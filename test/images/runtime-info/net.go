@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -108,6 +109,15 @@ func fetch(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, "url: "+err.Error(), http.StatusBadRequest)
 		return
+	}
+	// h: one request header, "Name: value".
+	if h := r.URL.Query().Get("h"); h != "" {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			http.Error(w, "h: want Name: value", http.StatusBadRequest)
+			return
+		}
+		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	start := time.Now()
 	resp, err := fetchClient.Do(req)
