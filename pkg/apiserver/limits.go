@@ -43,6 +43,12 @@ type Limits struct {
 	// ExemptGroups are never limited (nil: system:masters, as in
 	// Kubernetes).
 	ExemptGroups []string
+	// EventTTL: an Event not seen again for this long is deleted
+	// (DefaultEventTTL, kube-apiserver's --event-ttl).
+	EventTTL time.Duration
+	// MaxEventsPerNamespace: beyond, the least recently seen Events of
+	// the namespace are deleted (DefaultMaxEventsPerNamespace).
+	MaxEventsPerNamespace int
 }
 
 // Defaults of Limits.
@@ -51,6 +57,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 200 // --max-mutating-requests-inflight
 	DefaultMaxLongRunningRequests      = 1000
 	DefaultRequestTimeout              = 60 * time.Second // --request-timeout
+	DefaultEventTTL                    = time.Hour        // --event-ttl
+	DefaultMaxEventsPerNamespace       = 1000
 )
 
 func (l Limits) withDefaults() Limits {
@@ -64,6 +72,10 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxLongRunningRequests, DefaultMaxLongRunningRequests)
 	if l.RequestTimeout == 0 {
 		l.RequestTimeout = DefaultRequestTimeout
+	}
+	def(&l.MaxEventsPerNamespace, DefaultMaxEventsPerNamespace)
+	if l.EventTTL <= 0 {
+		l.EventTTL = DefaultEventTTL
 	}
 	if l.ExemptGroups == nil {
 		l.ExemptGroups = []string{"system:masters"}

@@ -159,6 +159,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.gc.Add(gcKey) // finish what a previous run left half-done
 	go s.runGC(ctx)
 	go s.runQuotaStatus(ctx)
+	go s.runEventGC(ctx)
 	return nil
 }
 

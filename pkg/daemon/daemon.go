@@ -33,7 +33,9 @@ import (
 	"golang.org/x/net/http2/h2c"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
@@ -255,6 +257,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
+	// Events of the controllers and of the instances go through client-go's
+	// broadcaster, whose correlator counts repeats and aggregates similar
+	// ones, as on a cluster.
+	events := record.NewBroadcaster(record.WithContext(runCtx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
 	// The runtime side. Probing the handlers takes a while: the API serves
 	// meanwhile, and the data plane starts once they are known.
@@ -301,6 +309,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
+	var podEvents atomic.Pointer[replicas.Manager]
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -312,7 +321,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
 		Network:          instNet.attach,
-		Logger:           log.With("component", "pod"),
+		// The pods' events go to the revision manager, which knows their
+		// Revisions; those of pods adopted before it exists are dropped.
+		Events: func(e pod.Event) {
+			if m := podEvents.Load(); m != nil {
+				m.PodEvent(e)
+			}
+		},
+		Logger: log.With("component", "pod"),
 	})
 	if err != nil {
 		return err
@@ -343,12 +359,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// ledger admission checks new Revisions against.
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		Event:               instanceEvents(events),
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
 	})
 	if err != nil {
 		return err
 	}
+	podEvents.Store(mgr)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -378,7 +396,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
+	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+		controller.Recorders(events), log)
 	if err != nil {
 		return err
 	}
@@ -605,7 +624,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
 func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
-	apiURL string, resolveTimeout time.Duration, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
+	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
 		return nil, err
@@ -625,7 +644,8 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 	return controller.New(controller.Options{
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
-		Logger: log.With("component", "controller"),
+		Recorder: recorder,
+		Logger:   log.With("component", "controller"),
 	})
 }
 
