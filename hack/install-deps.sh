@@ -30,6 +30,11 @@ DEPS=(
 	# The console's end-to-end test drives Debian's headless chromium
 	# (test/e2e TestConsoleInBrowser).
 	chromium:chromium
+	# Names on the host: the URL `kubectl get ksvc` prints
+	# (http://NAME.NS.localhost:8080) resolves to loopback for every program,
+	# the glibc resolver included (getent, Python, Node, wget), through the
+	# resolver module that answers RFC 6761's localhost names.
+	myhostname:libnss-myhostname
 )
 
 # kubectl of the Kubernetes line knbox speaks (k8s.io/api v0.29 in go.mod).
@@ -133,6 +138,23 @@ have_cni-plugins() {
 	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]]
 }
 
+# myhostname is usable when the glibc resolver answers a name under
+# localhost (the module is installed and named in /etc/nsswitch.conf).
+have_myhostname() {
+	getent hosts knbox-install-check.localhost >/dev/null 2>&1
+}
+
+# Debian's package adds "myhostname" to the hosts line of /etc/nsswitch.conf
+# when it is installed; a file that an administrator edited may lack it, so
+# this adds it after "files" if it is still missing.
+install_myhostname() {
+	apt_install "$1" || return 1
+	if ! grep -Eq '^hosts:.*[[:space:]]myhostname([[:space:]]|$)' /etc/nsswitch.conf; then
+		log "adding myhostname to the hosts line of /etc/nsswitch.conf"
+		sed -i -E 's/^(hosts:[[:space:]]*files)/\1 myhostname/' /etc/nsswitch.conf
+	fi
+}
+
 have() {
 	if declare -F "have_$1" >/dev/null; then
 		"have_$1"
@@ -166,6 +188,8 @@ for dep in "${DEPS[@]}"; do
 	cmd=${dep%%:*}
 	if [[ $cmd == cni-plugins ]]; then
 		log "$cmd: /usr/lib/cni"
+	elif [[ $cmd == myhostname ]]; then
+		log "$cmd: $(grep -E '^hosts:' /etc/nsswitch.conf)"
 	else
 		log "$cmd: $(command -v "$cmd")"
 	fi

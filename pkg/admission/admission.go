@@ -31,12 +31,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	psadmission "k8s.io/pod-security-admission/admission"
 	psaapi "k8s.io/pod-security-admission/admission/api"
+	networking "knative.dev/networking/pkg/apis/networking"
+	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	"knative.dev/pkg/apis"
 	servingcfg "knative.dev/serving/pkg/apis/config"
+	"knative.dev/serving/pkg/apis/serving"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingv1beta1 "knative.dev/serving/pkg/apis/serving/v1beta1"
 
 	"github.com/knbox/knbox/pkg/quota"
 )
@@ -180,6 +185,10 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		return nil, validateCoreEvent(obj), nil
 	case *eventsv1.Event:
 		return nil, validateEventsEvent(obj), nil
+	case *netv1alpha1.ClusterDomainClaim:
+		errs = append(errs, apivalidation.ValidateObjectMeta(meta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
+		errs = append(errs, validateDomainClaim(obj)...)
+		return nil, errs, nil
 	case *nodev1.RuntimeClass:
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
 		errs = append(errs, validateRuntimeClass(obj, asRuntimeClass(req.Old))...)
@@ -218,7 +227,7 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa)
+		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa).Also(checkVisibility(req.Object, meta, req.Old))
 	}
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
@@ -234,7 +243,52 @@ var (
 	_ knativeObject = (*servingv1.Configuration)(nil)
 	_ knativeObject = (*servingv1.Revision)(nil)
 	_ knativeObject = (*servingv1.Route)(nil)
+	_ knativeObject = (*servingv1beta1.DomainMapping)(nil)
 )
+
+// validateDomainClaim checks a ClusterDomainClaim: its name is a domain
+// name and spec.namespace the namespace that may map it.
+func validateDomainClaim(c *netv1alpha1.ClusterDomainClaim) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validation.IsFullyQualifiedDomainName(field.NewPath("metadata", "name"), c.Name)...)
+	p := field.NewPath("spec", "namespace")
+	if c.Spec.Namespace == "" {
+		errs = append(errs, field.Required(p, "the namespace whose DomainMappings may use this domain"))
+	} else {
+		for _, msg := range apivalidation.ValidateNamespaceName(c.Spec.Namespace, false) {
+			errs = append(errs, field.Invalid(p, c.Spec.Namespace, msg))
+		}
+	}
+	return errs
+}
+
+// checkVisibility refuses a Service's or Route's visibility label with a
+// value other than cluster-local (its only value; without it a Route is
+// public), as Knative's ValidateClusterVisibilityLabel did before it let
+// any value mean public: a typo would otherwise publish a Service meant to
+// be private. An unchanged value of an object stored earlier passes.
+func checkVisibility(obj runtime.Object, meta *metav1.ObjectMeta, old runtime.Object) *apis.FieldError {
+	switch obj.(type) {
+	case *servingv1.Service, *servingv1.Route:
+	default:
+		return nil
+	}
+	v, ok := meta.Labels[networking.VisibilityLabelKey]
+	if !ok || v == serving.VisibilityClusterLocal {
+		return nil
+	}
+	if old != nil {
+		if om, isMeta := old.(metav1.ObjectMetaAccessor); isMeta {
+			if ov, had := om.GetObjectMeta().GetLabels()[networking.VisibilityLabelKey]; had && ov == v {
+				return nil
+			}
+		}
+	}
+	return &apis.FieldError{
+		Message: fmt.Sprintf("invalid value %q: the only value is %q (omit the label for a public Route)", v, serving.VisibilityClusterLocal),
+		Paths:   []string{"metadata.labels[" + networking.VisibilityLabelKey + "]"},
+	}
+}
 
 // checkRuntimeClass refuses a pod spec that names a RuntimeClass that does
 // not exist, at the field path that names it.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"knative.dev/pkg/ptr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
@@ -78,6 +79,42 @@ func TestServiceAccountNameKnativeText(t *testing.T) {
 	for _, o := range objects("default") {
 		if _, _, err := e.admit(t, Create, o.obj, nil, o.gr); err != nil {
 			t.Errorf("%s with serviceAccountName default: %v", o.gr.Resource, err)
+		}
+	}
+}
+
+// TestVisibilityLabel: the visibility label of a Service or Route takes
+// cluster-local only; another value is refused at its field, naming the
+// value that works.
+func TestVisibilityLabel(t *testing.T) {
+	e := newTenantEnv(t, newNamespace("team-a", nil, nil))
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{{"cluster-local", true}, {"Cluster-Local", false}, {"public", false}, {"", false}} {
+		svc := service("team-a", "svc", nil)
+		svc.Labels = map[string]string{"networking.knative.dev/visibility": tc.value}
+		rt := &servingv1.Route{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "rt", Labels: svc.Labels},
+			Spec: servingv1.RouteSpec{Traffic: []servingv1.TrafficTarget{{ConfigurationName: "cfg", Percent: ptr.Int64(100)}}}}
+		for _, o := range []struct {
+			obj runtime.Object
+			gr  schema.GroupResource
+		}{{svc, ksvcGR}, {rt, servingv1.Resource("routes")}} {
+			_, _, err := e.admit(t, Create, o.obj, nil, o.gr)
+			if tc.ok {
+				if err != nil {
+					t.Errorf("%s %q: %v", o.gr.Resource, tc.value, err)
+				}
+				continue
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("%s %q: err = %v, want 422 Invalid", o.gr.Resource, tc.value, err)
+			}
+			d := err.(apierrors.APIStatus).Status().Details
+			if d == nil || len(d.Causes) == 0 || !strings.Contains(d.Causes[0].Field, "networking.knative.dev/visibility") ||
+				!strings.Contains(err.Error(), "cluster-local") {
+				t.Errorf("%s %q: %v %+v, want the label's field and the value that works", o.gr.Resource, tc.value, err, d)
+			}
 		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingv1beta1 "knative.dev/serving/pkg/apis/serving/v1beta1"
 )
 
 // Kind describes one resource the server serves: its names on the wire,
@@ -272,6 +274,27 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 				r := o.(*servingv1.Route)
 				ready, reason := readyCond(r.Status.Conditions)
 				return []interface{}{urlString(r.Status.URL), ready, reason}
+			},
+		},
+		{
+			Group: "serving.knative.dev", Version: "v1beta1", Kind: "DomainMapping", Resource: "domainmappings", Singular: "domainmapping",
+			ShortNames: []string{"dm"}, Categories: knativeCategories, Namespaced: true,
+			HasStatus: true, HasGeneration: true, RequireResourceVersion: true,
+			New: func() runtime.Object { return &servingv1beta1.DomainMapping{} }, NewList: func() runtime.Object { return &servingv1beta1.DomainMappingList{} },
+			Columns: cols(col("URL", "string", ""), col("Ready", "string", ""), col("Reason", "string", "")),
+			Row: func(o runtime.Object) []interface{} {
+				d := o.(*servingv1beta1.DomainMapping)
+				ready, reason := readyCond(d.Status.Conditions)
+				return []interface{}{urlString(d.Status.URL), ready, reason}
+			},
+		},
+		{
+			Group: "networking.internal.knative.dev", Version: "v1alpha1", Kind: "ClusterDomainClaim", Resource: "clusterdomainclaims", Singular: "clusterdomainclaim",
+			ShortNames: []string{"cdc"}, RequireResourceVersion: true,
+			New: func() runtime.Object { return &netv1alpha1.ClusterDomainClaim{} }, NewList: func() runtime.Object { return &netv1alpha1.ClusterDomainClaimList{} },
+			Columns: cols(col("Namespace", "string", "The namespace that may map the domain")),
+			Row: func(o runtime.Object) []interface{} {
+				return []interface{}{o.(*netv1alpha1.ClusterDomainClaim).Spec.Namespace}
 			},
 		},
 	}}

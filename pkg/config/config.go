@@ -528,9 +528,12 @@ func (c *Config) Network() (*netcfg.Config, error) {
 // Domain returns config-domain, parsed by Knative, with knbox's deviation:
 // without an entry that has no selector, the default domain is "localhost"
 // rather than Knative's "svc.cluster.local".
-func (c *Config) Domain() (*routecfg.Domain, error) {
-	user := c.data(DomainName)
-	d, err := routecfg.NewDomainFromConfigMap(c.configMap(DomainName))
+func (c *Config) Domain() (*routecfg.Domain, error) { return ParseDomain(c.data(DomainName)) }
+
+// ParseDomain parses config-domain's data as Domain does (the
+// knative-serving/config-domain ConfigMap's, which replaces the file's).
+func ParseDomain(user map[string]string) (*routecfg.Domain, error) {
+	d, err := routecfg.NewDomainFromConfigMap(&corev1.ConfigMap{Data: user})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DomainName, err)
 	}

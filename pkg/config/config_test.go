@@ -65,6 +65,7 @@ func TestDefaults(t *testing.T) {
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
 			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
+			InstanceDNS:      DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,

@@ -27,7 +27,8 @@ import (
 // Honoured: every key of config-defaults, config-gc and config-domain (a
 // domain per key), and config-features (checked in features); in
 // config-autoscaler all but the ones below; in config-network the domain and
-// tag templates; in config-deployment progress-deadline,
+// tag templates, autocreate-cluster-domain-claims (DomainMappings) and
+// default-external-scheme (the scheme of URLs in status); in config-deployment progress-deadline,
 // digest-resolution-timeout and registries-skipping-tag-resolving (tags of
 // those registries are resolved from loaded images only, never by asking
 // the registry), with their old camelCase spellings.
@@ -66,9 +67,10 @@ var configMapKeys = map[string]keyRules{
 		},
 	},
 	NetworkName: {
-		parse:    func(d map[string]string) (any, error) { return netcfg.NewConfigFromMap(d) },
-		honoured: []string{netcfg.DomainTemplateKey, netcfg.TagTemplateKey, "domainTemplate", "tagTemplate"},
-		why:      map[string]string{"": "knbox has no ingress, certificates, TLS between components or gradual rollout to configure"},
+		parse: func(d map[string]string) (any, error) { return netcfg.NewConfigFromMap(d) },
+		honoured: []string{netcfg.DomainTemplateKey, netcfg.TagTemplateKey, "domainTemplate", "tagTemplate",
+			netcfg.AutocreateClusterDomainClaimsKey, "autocreateClusterDomainClaims", netcfg.DefaultExternalSchemeKey, "defaultExternalScheme"},
+		why: map[string]string{"": "knbox has no ingress, certificates, TLS between components or gradual rollout to configure"},
 	},
 	TracingName: {
 		parse: func(d map[string]string) (any, error) { return tracingconfig.NewTracingConfigFromMap(d) },

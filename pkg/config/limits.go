@@ -27,6 +27,18 @@ type Limits struct {
 	// EphemeralStorage is the pods' local storage, measured and limited as
 	// the kubelet's eviction manager does (see package pod).
 	EphemeralStorage EphemeralStorageLimits `json:"ephemeralStorage,omitempty"`
+	// InstanceDNS bounds the name server knbox serves inside instances.
+	InstanceDNS DNSLimits `json:"instanceDNS,omitempty"`
+}
+
+// DNSLimits bound the name server of instances (package dns) in what it
+// forwards to the host's name servers (egress on).
+type DNSLimits struct {
+	// MaxForwarding is the number of queries forwarded at once, for all
+	// instances together; more get SERVFAIL.
+	MaxForwarding int `json:"maxForwarding,omitempty"`
+	// ForwardTimeout bounds a forwarded query, per upstream server.
+	ForwardTimeout Duration `json:"forwardTimeout,omitempty"`
 }
 
 // EventLimits bound the Events (core/v1 and events.k8s.io/v1) the API keeps.
@@ -191,6 +203,9 @@ const (
 	// MaxEphemeralStorageMaxDepth: a measure holds a directory open per
 	// level.
 	MaxEphemeralStorageMaxDepth = 4096
+
+	DefaultDNSMaxForwarding  = 256
+	DefaultDNSForwardTimeout = 2 * time.Second
 )
 
 func (l *Limits) applyDefaults() {
@@ -226,6 +241,8 @@ func (l *Limits) applyDefaults() {
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
 	defDuration(&l.Events.TTL, DefaultEventTTL)
 	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
+	defInt(&l.InstanceDNS.MaxForwarding, DefaultDNSMaxForwarding)
+	defDuration(&l.InstanceDNS.ForwardTimeout, DefaultDNSForwardTimeout)
 	e := &l.EphemeralStorage
 	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
 	defInt(&e.MaxFiles, DefaultEphemeralStorageMaxFiles)
@@ -303,6 +320,8 @@ func (l *Limits) validate() error {
 	posDur("images.maxPullBackoff", i.MaxPullBackoff)
 	posDur("events.ttl", l.Events.TTL)
 	pos("events.maxPerNamespace", int64(l.Events.MaxPerNamespace))
+	pos("instanceDNS.maxForwarding", int64(l.InstanceDNS.MaxForwarding))
+	posDur("instanceDNS.forwardTimeout", l.InstanceDNS.ForwardTimeout)
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}

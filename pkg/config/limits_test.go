@@ -66,6 +66,8 @@ func TestLimitsErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ content, want string }{
 		{"limits:\n  api:\n    maxConnections: -1\n", "limits.api.maxConnections"},
+		{"limits:\n  instanceDNS:\n    maxForwarding: -1\n", "limits.instanceDNS.maxForwarding"},
+		{"limits:\n  instanceDNS:\n    forwardTimeout: -1s\n", "limits.instanceDNS.forwardTimeout"},
 		{"limits:\n  api:\n    requestTimeout: 10\n", "duration"},
 		{"limits:\n  api:\n    requestTimeout: soon\n", `"soon"`},
 		{"limits:\n  api:\n    maxObjectBytes: lots\n", `"lots"`},

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,10 +31,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	netcfg "knative.dev/networking/pkg/config"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	informers "knative.dev/serving/pkg/client/informers/externalversions"
 	listers "knative.dev/serving/pkg/client/listers/serving/v1"
+	v1beta1listers "knative.dev/serving/pkg/client/listers/serving/v1beta1"
 	gcconfig "knative.dev/serving/pkg/gc"
 	routecfg "knative.dev/serving/pkg/reconciler/route/config"
 
@@ -45,8 +48,11 @@ type Options struct {
 	Client  servingclient.Interface
 	Runtime Runtime
 	// Scaler owns each revision's desired scale and Active condition.
-	Scaler  Scaler
-	Routes  *routing.Table
+	Scaler Scaler
+	Routes *routing.Table
+	// Claims reads and makes ClusterDomainClaims; nil: DomainMappings are
+	// not reconciled.
+	Claims  netclient.Interface
 	Network *netcfg.Config
 	Domain  *routecfg.Domain
 	GC      *gcconfig.Config
@@ -85,6 +91,10 @@ type Controller struct {
 	configs   listers.ConfigurationLister
 	revisions listers.RevisionLister
 	routes    listers.RouteLister
+	// domain is config-domain, replaced by SetDomain.
+	domain atomic.Pointer[routecfg.Domain]
+	// domainMappings is nil when Options.Claims is.
+	domainMappings v1beta1listers.DomainMappingLister
 
 	queues      map[string]workqueue.RateLimitingInterface
 	synced      []cache.InformerSynced
@@ -119,6 +129,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
 		initialized: make(chan struct{}), events: newRecorders(opts.Recorder)}
+	c.domain.Store(opts.Domain)
 	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
 	sv := c.factory.Serving().V1()
 	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()
@@ -145,7 +156,19 @@ func New(opts Options) (*Controller, error) {
 	c.watch(sv.Routes().Informer(), func(o metaObject) {
 		c.enqueue(kindRoute, o.GetNamespace(), o.GetName())
 		c.enqueueOwner(kindService, o)
+		c.enqueueDomainMappings(o.GetNamespace())
 	})
+	if opts.Claims != nil {
+		dmi := c.factory.Serving().V1beta1().DomainMappings()
+		c.domainMappings = dmi.Lister()
+		c.queues[kindDomainMapping] = workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), kindDomainMapping)
+		c.watch(dmi.Informer(), func(o metaObject) {
+			c.enqueue(kindDomainMapping, o.GetNamespace(), o.GetName())
+			// A mapping of the same domain in another namespace may
+			// take over the domain.
+			c.enqueueSameDomain(o.GetName())
+		})
+	}
 	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	opts.Scaler.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	return c, nil
@@ -215,6 +238,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		kindRevision:      c.reconcileRevision,
 		kindRoute:         c.reconcileRoute,
 	}
+	if c.domainMappings != nil {
+		reconcilers[kindDomainMapping] = c.reconcileDomainMapping
+	}
 	var wg sync.WaitGroup
 	for kind, rec := range reconcilers {
 		q := c.queues[kind]
@@ -269,6 +295,31 @@ func (c *Controller) firstPass(ctx context.Context) {
 		if err := c.reconcileRoute(ctx, r.Namespace, r.Name); err != nil && ctx.Err() == nil {
 			c.log.Debug("first pass: route", "namespace", r.Namespace, "route", r.Name, "err", err)
 		}
+	}
+	if c.domainMappings == nil {
+		return
+	}
+	dms, err := c.domainMappings.List(everything())
+	if err != nil {
+		return
+	}
+	for _, d := range dms {
+		if err := c.reconcileDomainMapping(ctx, d.Namespace, d.Name); err != nil && ctx.Err() == nil {
+			c.log.Debug("first pass: domain mapping", "namespace", d.Namespace, "domainMapping", d.Name, "err", err)
+		}
+	}
+}
+
+// SetDomain replaces config-domain and reconciles every Route (and so
+// every DomainMapping) with it: a change applies without a restart.
+func (c *Controller) SetDomain(d *routecfg.Domain) {
+	c.domain.Store(d)
+	rts, err := c.routes.List(everything())
+	if err != nil {
+		return
+	}
+	for _, r := range rts {
+		c.enqueue(kindRoute, r.Namespace, r.Name)
 	}
 }
 

@@ -299,12 +299,22 @@ func TestClusterLocalRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	s := ksvc("private", "img")
 	s.Labels = map[string]string{"networking.knative.dev/visibility": "cluster-local"}
+	latest := true
+	s.Spec.Traffic = []servingv1.TrafficTarget{{LatestRevision: &latest, Percent: ptr.To[int64](100), Tag: "canary"}}
 	if _, err := e.client.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got := e.readyAt("private", "private-00001")
 	if got.Status.URL.String() != "http://private.default.svc.cluster.local" {
 		t.Errorf("url %s", got.Status.URL)
+	}
+	if got.Status.Address == nil || got.Status.Address.URL.String() != "http://private.default.svc.cluster.local" {
+		t.Errorf("address %+v", got.Status.Address)
+	}
+	// A tag of a cluster-local Route: its cluster-local host on port 80,
+	// where instances call it.
+	if len(got.Status.Traffic) != 1 || got.Status.Traffic[0].URL.String() != "http://canary-private.default.svc.cluster.local" {
+		t.Errorf("traffic %+v", got.Status.Traffic)
 	}
 	if r, _ := e.routes.Get("default", "private"); !r.ClusterLocal {
 		t.Errorf("not cluster-local in the routing table: %+v", r)

@@ -121,7 +121,7 @@ func (c *Controller) hosts(rt *servingv1.Route, tags []string) (host string, tag
 	local = rt.Labels[networking.VisibilityLabelKey] == serving.VisibilityClusterLocal
 	domain := clusterLocalDomain
 	if !local {
-		domain = c.opts.Domain.LookupDomainForLabels(rt.Labels)
+		domain = c.domain.Load().LookupDomainForLabels(rt.Labels)
 		if domain == clusterLocalDomain {
 			local = true
 		}
@@ -160,7 +160,13 @@ func (c *Controller) url(host string) *apis.URL {
 	if c.opts.HTTPPort != 0 && c.opts.HTTPPort != 80 {
 		h = net.JoinHostPort(host, strconv.Itoa(c.opts.HTTPPort))
 	}
-	return &apis.URL{Scheme: "http", Host: h}
+	scheme := "http"
+	if s := c.opts.Network.DefaultExternalScheme; s != "" {
+		// config-network's default-external-scheme, as Knative shows it
+		// (knbox's listener itself speaks what it is configured to).
+		scheme = s
+	}
+	return &apis.URL{Scheme: scheme, Host: h}
 }
 
 func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error {
@@ -214,6 +220,10 @@ func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error 
 		if t.Tag != "" {
 			entry.Tags[tagHosts[t.Tag]] = t.RevisionName
 			t.URL = c.url(tagHosts[t.Tag])
+			if local {
+				// Reached from instances, on port 80.
+				t.URL = &apis.URL{Scheme: "http", Host: tagHosts[t.Tag]}
+			}
 		}
 	}
 	c.opts.Routes.Set(entry)

@@ -21,6 +21,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,6 +36,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
@@ -308,11 +310,25 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	var nameservers []string
+	var nameservers, upstream []string
 	if egress != nil {
 		nameservers = cfg.Egress.Nameservers
 		log.Info("egress on: instances reach the outside through NAT", "bridge", egress.Bridge(), "subnet", egress.Subnet(), "nameservers", nameservers)
+		for _, ns := range nameservers {
+			if ip, err := netip.ParseAddr(ns); err == nil {
+				upstream = append(upstream, netip.AddrPortFrom(ip, 53).String())
+			}
+		}
+		if len(upstream) == 0 {
+			upstream = hostNameservers()
+		}
 	}
+	// Instances' names and calls to other services, served inside their
+	// network namespaces; the router serves them once it exists.
+	instNet := newInstanceNet(upstream, log.With("component", "instance-network"))
+	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
+	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
+	defer instNet.Close()
 	dep, err := cfg.Deployment()
 	if err != nil {
 		return err
@@ -332,6 +348,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
+		Network:          instNet.attach,
 		// The pods' events go to the revision manager, which knows their
 		// Revisions; those of pods adopted before it exists are dropped.
 		Events: func(e pod.Event) {
@@ -403,10 +420,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+	claims, err := netclient.NewForConfig(clientCfg)
+	if err != nil {
+		return err
+	}
+	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
 		controller.Recorders(events), log)
 	if err != nil {
 		return err
+	}
+	if fileDomain, err := cfg.Domain(); err == nil {
+		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
 	done := make(chan struct{}, 4)
@@ -437,6 +461,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	data := &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
 		IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: lim.MaxHeaderBytes, H2C: routerListen(cfg).H2C()}
 	go func() { errc <- data.Serve(dataLn) }()
+	instNet.start(rt, func(namespace string) *router.Server {
+		return &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
+			IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: lim.MaxHeaderBytes, H2C: routerListen(cfg).H2C(), Namespace: namespace}
+	})
 	var dataTLS *http.Server
 	if tlsLn != nil {
 		dcert, err := tls.LoadX509KeyPair(cfg.HTTPSCertFile, cfg.HTTPSKeyFile)
@@ -489,6 +517,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	notify(log, sdnotify.SdNotifyStopping)
 	shutdown(api, apiShutdownTimeout)
 	shutdown(data, drainTimeout)
+	instNet.Close()
 	if dataTLS != nil {
 		shutdown(dataTLS, drainTimeout)
 	}
@@ -622,7 +651,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, client servingclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
 	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
@@ -641,7 +670,7 @@ func newController(cfg *config.Config, client servingclient.Interface, rt contro
 		port = tcp.Port
 	}
 	return controller.New(controller.Options{
-		Client: client, Runtime: rt, Scaler: scaler, Routes: routes,
+		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
 		Logger:   log.With("component", "controller"),

@@ -265,13 +265,35 @@ func (n *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 // port; port 0 picks one) inside the namespace. Accepting needs no further
 // namespace switch.
 func (n *NS) Listen(network, addr string) (net.Listener, error) {
+	return n.listen(network, addr, &net.ListenConfig{})
+}
+
+// ListenShared is Listen with SO_REUSEPORT: another ListenShared on the
+// same address (a successor knbox adopting the instance while this one
+// exits) binds beside it, and the kernel shares the connections out.
+func (n *NS) ListenShared(network, addr string) (net.Listener, error) {
+	return n.listen(network, addr, &net.ListenConfig{Control: reusePort})
+}
+
+// reusePort sets SO_REUSEPORT on a socket before it is bound.
+func reusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+func (n *NS) listen(network, addr string, lc *net.ListenConfig) (net.Listener, error) {
 	if err := checkAddr(network, addr, false); err != nil {
 		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
 	}
 	var l net.Listener
 	err := n.in(func(func() error) error {
 		var err error
-		l, err = (&net.ListenConfig{}).Listen(context.Background(), network, addr)
+		l, err = lc.Listen(context.Background(), network, addr)
 		return err
 	})
 	if err != nil {
@@ -281,6 +303,33 @@ func (n *NS) Listen(network, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
 	}
 	return l, nil
+}
+
+// ListenPacket listens for UDP datagrams on addr (an IP literal, loopback
+// or unspecified, with a port) inside the namespace, as ListenShared does
+// for TCP (SO_REUSEPORT). Replies sent on it leave from the namespace too.
+func (n *NS) ListenPacket(network, addr string) (net.PacketConn, error) {
+	switch network {
+	case "udp", "udp4", "udp6":
+	default:
+		return nil, fmt.Errorf("listen on %s in netns %s: network %q: only udp, udp4 and udp6", addr, n.Name, network)
+	}
+	if err := checkAddr("tcp", addr, false); err != nil {
+		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
+	}
+	var pc net.PacketConn
+	err := n.in(func(func() error) error {
+		var err error
+		pc, err = (&net.ListenConfig{Control: reusePort}).ListenPacket(context.Background(), network, addr)
+		return err
+	})
+	if err != nil {
+		if pc != nil {
+			pc.Close()
+		}
+		return nil, fmt.Errorf("listen on %s in netns %s: %w", addr, n.Name, err)
+	}
+	return pc, nil
 }
 
 // checkAddr accepts TCP with an IP literal: a loopback one, or for listening

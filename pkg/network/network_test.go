@@ -534,3 +534,49 @@ func BenchmarkCreateDelete(b *testing.B) {
 		i++
 	}
 }
+
+// TestListenSharedAndPacket: ListenShared and ListenPacket bind inside the
+// namespace, twice on one address (SO_REUSEPORT: a successor beside an
+// exiting knbox); plain Listen cannot bind beside them.
+func TestListenSharedAndPacket(t *testing.T) {
+	root := testRoot(t)
+	ns := create(t, root, "shared-1")
+	a, err := ns.ListenShared("tcp4", "127.0.0.2:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := ns.ListenShared("tcp4", "127.0.0.2:80")
+	if err != nil {
+		t.Fatalf("a second shared listener: %v", err)
+	}
+	b.Close() // the connection goes to a
+	serve(t, a, "shared")
+	c, err := ns.Dial(context.Background(), "tcp4", "127.0.0.2:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := greet(t, c); got != "shared" {
+		t.Errorf("greeting %q", got)
+	}
+	if l, err := ns.Listen("tcp4", "127.0.0.2:80"); err == nil {
+		l.Close()
+		t.Error("a plain listener bound beside a shared one")
+	}
+	p1, err := ns.ListenPacket("udp4", "127.0.0.2:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Close()
+	p2, err := ns.ListenPacket("udp4", "127.0.0.2:53")
+	if err != nil {
+		t.Fatalf("a second packet listener: %v", err)
+	}
+	p2.Close()
+	if _, err := ns.ListenPacket("tcp", "127.0.0.2:53"); err == nil {
+		t.Error("ListenPacket took tcp")
+	}
+	if _, err := ns.ListenPacket("udp4", "192.0.2.1:53"); err == nil {
+		t.Error("ListenPacket took a non-loopback address")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -82,6 +83,8 @@ type pod struct {
 	mu sync.Mutex // guards the fields below
 	st Status
 	ns *network.NS
+	// netStop closes what Options.Network serves in ns.
+	netStop io.Closer
 
 	volMu sync.Mutex            // serialises volume writes
 	vols  map[string]oci.Volume // prepared volumes, by name
@@ -394,6 +397,20 @@ func (p *pod) prepare(ctx context.Context) error {
 		p.ns = ns
 		p.mu.Unlock()
 	}
+	resolv := ""
+	if hook := p.rt.opts.Network; hook != nil && p.netStopOf() == nil {
+		r, stop, err := hook(ctx, &p.spec, p.nsOf())
+		if err != nil {
+			return fmt.Errorf("prepare pod: network: %w", err)
+		}
+		p.mu.Lock()
+		p.netStop = stop
+		p.mu.Unlock()
+		resolv = r
+	}
+	if resolv == "" {
+		resolv = resolvConf(p.rt.opts.Nameservers)
+	}
 	hostname := p.spec.ID
 	for _, f := range []struct {
 		name string
@@ -402,7 +419,7 @@ func (p *pod) prepare(ctx context.Context) error {
 	}{
 		{"hostname", hostname + "\n", 0o644},
 		{"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644},
-		{"resolv.conf", resolvConf(p.rt.opts.Nameservers), 0o644},
+		{"resolv.conf", resolv, 0o644},
 	} {
 		path := filepath.Join(p.dir, f.name)
 		if err := os.WriteFile(path, []byte(f.data), f.mode); err != nil {
@@ -1004,6 +1021,26 @@ func (p *pod) removeLeftover(ctx context.Context) {
 	}
 }
 
+// netStopOf returns what Options.Network serves for the pod.
+func (p *pod) netStopOf() io.Closer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.netStop
+}
+
+// closeNetwork stops what Options.Network serves for the pod.
+func (p *pod) closeNetwork() {
+	p.mu.Lock()
+	stop := p.netStop
+	p.netStop = nil
+	p.mu.Unlock()
+	if stop != nil {
+		if err := stop.Close(); err != nil {
+			p.log.Warn("stop the pod's network services", "err", err)
+		}
+	}
+}
+
 // cleanup removes everything the pod made but its log.
 func (p *pod) cleanup() {
 	p.setReady(false)
@@ -1013,6 +1050,7 @@ func (p *pod) cleanup() {
 			p.log.Warn("close log", "err", err)
 		}
 	}
+	p.closeNetwork()
 	if ns := p.nsOf(); ns != nil {
 		if eg := p.rt.opts.Egress; eg != nil {
 			// Not bound to the Runtime's context: cleanup also runs at Close.

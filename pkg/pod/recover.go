@@ -176,6 +176,15 @@ func (r *Runtime) adopt(ctx context.Context, st podState) *pod {
 		p.vols[v.Name] = oci.Volume{Path: filepath.Join(dir, "volumes", strconv.Itoa(i)), Writable: v.EmptyDir}
 	}
 	p.ctrs = p.newCtrs()
+	if hook := r.opts.Network; hook != nil {
+		// What served the pod in its namespace ended with the process
+		// that served it; /etc/resolv.conf is already in place.
+		if _, stop, err := hook(ctx, &p.spec, ns); err != nil {
+			r.log.Warn("an adopted pod's network services", "pod", spec.ID, "err", err)
+		} else {
+			p.netStop = stop
+		}
+	}
 	found := map[string]shimContainerState{}
 	for _, c := range resp.Containers {
 		found[c.ID] = c

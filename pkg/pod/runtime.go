@@ -42,6 +42,15 @@ type Options struct {
 	// Nameservers, when set, are the name servers of every pod's
 	// /etc/resolv.conf instead of the host's.
 	Nameservers []string
+	// Network, when set, is called for each pod once its network
+	// namespace exists, before the pod's /etc files are written, and for
+	// each pod Recover adopts: it may serve the pod inside its namespace
+	// (knbox's name server and router listener, as the kubelet's CNI and
+	// DNS setup do) and returns the pod's /etc/resolv.conf ("": the one
+	// Nameservers makes) and what to close before the namespace is deleted
+	// (nil: nothing). Its error fails the pod's start like any sandbox
+	// error; for an adopted pod it is logged.
+	Network func(ctx context.Context, spec *Spec, ns *network.NS) (resolvConf string, stop io.Closer, err error)
 	// Policy is the operator's container policy.
 	Policy oci.Policy
 	// ShimCommand is the command line that starts a pod's shim (knbox's

@@ -53,6 +53,14 @@
 // does (a host published in the table wins over these). An unknown host gets
 // 404 with a short text body.
 //
+// A [Server] with a Namespace serves the calls of that namespace's
+// instances, on listeners knbox opens inside their network namespaces: it
+// answers as a listener without [Options.External] does, and also takes a
+// bare Route name ("hello") as a Route of its namespace, which is what a
+// pod's search path makes of it. Such calls share everything else with
+// external ones: the same revisions, concurrency limits, queues, statistics
+// and scale from zero.
+//
 // # Headers
 //
 // Request headers are forwarded as received, Host included (on the fast

@@ -61,7 +61,7 @@ func (sc *serverConn) serveRequest() bool {
 	if r.observer != nil {
 		start = time.Now()
 	}
-	t := r.hosts.Load().hosts[string(sc.canonicalHost(h.host))]
+	t := r.find(string(sc.canonicalHost(h.host)), sc.s.Namespace)
 	if t == nil || len(h.host) == 0 {
 		r.unknown.Add(1)
 		if r.log.Enabled(context.Background(), slog.LevelDebug) {

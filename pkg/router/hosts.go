@@ -42,27 +42,46 @@ type hostIndex struct {
 	hosts map[string]*target
 }
 
-// lookup returns the target of a Host header; nil if unknown.
-func (x *hostIndex) lookup(host string) *target {
-	h := canonicalHost(host)
-	if h == "" {
-		return nil
-	}
-	return x.hosts[h]
-}
-
-// rebuildHosts rebuilds the host index from the table. Rebuilds are
+// rebuildHosts rebuilds the host indexes from the table. Rebuilds are
 // serialised, so the last one stored read the newest table.
 func (r *Router) rebuildHosts() {
 	r.hostsMu.Lock()
 	defer r.hostsMu.Unlock()
-	r.hosts.Store(buildIndex(r.table.Routes(), r.external))
+	routes, mappings := r.table.Routes(), r.table.Mappings()
+	r.hosts.Store(buildIndex(routes, mappings, r.external))
+	r.local.Store(buildIndex(routes, mappings, false))
+}
+
+// find returns the target of a canonical host for a client of scope: ""
+// for the listener's own clients, else the namespace of the instance whose
+// in-namespace listener took the request (see [Server.Namespace]); such a
+// client reaches every Route (cluster-local ones included) and names one
+// of its own namespace by its bare name, as a pod's search path does.
+func (r *Router) find(host, scope string) *target {
+	if scope == "" {
+		return r.hosts.Load().hosts[host]
+	}
+	x := r.local.Load()
+	if t := x.hosts[host]; t != nil {
+		return t
+	}
+	if host != "" && !strings.Contains(host, ".") && !strings.HasPrefix(host, "[") {
+		return x.hosts[host+"."+scope]
+	}
+	return nil
+}
+
+// ServesLocal reports whether host (canonical: lower case, no port, no
+// final dot) names a Route for an instance's call: the platform's name
+// server answers only such names.
+func (r *Router) ServesLocal(host string) bool {
+	return r.local.Load().hosts[host] != nil
 }
 
 // buildIndex indexes routes (ordered by namespace and name: when two claim
 // the same host, the first wins). Published hosts win over the derived
 // cluster-local addresses.
-func buildIndex(routes []routing.Route, external bool) *hostIndex {
+func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool) *hostIndex {
 	x := &hostIndex{hosts: map[string]*target{}}
 	add := func(host string, t *target) {
 		h := canonicalHost(host)
@@ -74,10 +93,8 @@ func buildIndex(routes []routing.Route, external bool) *hostIndex {
 		}
 	}
 	mains := make([]*target, len(routes))
+	byName := make(map[string]*target, len(routes))
 	for i, rt := range routes {
-		if external && rt.ClusterLocal {
-			continue
-		}
 		t := &target{namespace: rt.Namespace, route: rt.Name}
 		for _, s := range rt.Traffic {
 			if s.Percent > 0 && s.Revision != "" {
@@ -86,11 +103,23 @@ func buildIndex(routes []routing.Route, external bool) *hostIndex {
 			}
 		}
 		mains[i] = t
+		byName[rt.Namespace+"/"+rt.Name] = t
+		if external && rt.ClusterLocal {
+			continue
+		}
 		add(rt.Host, t)
 		for host, rev := range rt.Tags {
 			if rev != "" {
 				add(host, &target{namespace: rt.Namespace, route: rt.Name, tagRevision: rev})
 			}
+		}
+	}
+	// A DomainMapping's host serves its Route's main split, whatever the
+	// Route's visibility (mapping a cluster-local Service is how Knative
+	// publishes it under a domain of one's own).
+	for _, m := range mappings {
+		if t := byName[m.Namespace+"/"+m.Route]; t != nil {
+			add(m.Host, t)
 		}
 	}
 	if !external {

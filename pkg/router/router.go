@@ -129,8 +129,9 @@ type Router struct {
 	log      *slog.Logger
 	observer Observer
 
-	hostsMu sync.Mutex // serialises rebuilds of hosts
-	hosts   atomic.Pointer[hostIndex]
+	hostsMu sync.Mutex                // serialises rebuilds of hosts
+	hosts   atomic.Pointer[hostIndex] // the listener's own clients
+	local   atomic.Pointer[hostIndex] // instances' calls (Server.Namespace)
 
 	mu   sync.RWMutex
 	revs map[revKey]*revision
@@ -195,7 +196,8 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if r.observer != nil {
 		start = time.Now()
 	}
-	t := r.hosts.Load().lookup(req.Host)
+	scope, _ := req.Context().Value(scopeKey{}).(string)
+	t := r.find(canonicalHost(req.Host), scope)
 	if t == nil {
 		r.unknown.Add(1)
 		if r.log.Enabled(req.Context(), slog.LevelDebug) {

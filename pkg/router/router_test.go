@@ -997,3 +997,102 @@ func TestNew(t *testing.T) {
 		t.Error("negative queue bound: no error")
 	}
 }
+
+// TestInstanceScope: a Server with a Namespace serves instances' calls on
+// an external router: cluster-local Routes, their short forms and bare
+// names of its own namespace, on the fast path and on net/http's.
+func TestInstanceScope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{External: true})
+	hello, priv, other := backend(t, named("hello")), backend(t, named("private")), backend(t, named("other"))
+	e.service("default", "hello", "hello-1", RevisionConfig{}, hello)
+	e.service("shop", "hello", "other-1", RevisionConfig{}, other)
+	e.inst.setConfig("default", "private-1", RevisionConfig{})
+	e.inst.setEndpoints("default", "private-1", loopbackEndpoint("c", priv))
+	e.table.Set(routing.Route{Namespace: "default", Name: "private", Host: "private.default.svc.cluster.local",
+		ClusterLocal: true, Traffic: []routing.Split{{Revision: "private-1", Percent: 100}}})
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{URL: "http://" + ln.Addr().String(), Listener: ln, server: &Server{Router: e.router, Namespace: "default"}, done: make(chan error, 1)}
+	go func() { s.done <- s.server.Serve(ln) }()
+	t.Cleanup(s.Close)
+	inner := &env{t: t, table: e.table, inst: e.inst, router: e.router, srv: s, client: e.client}
+
+	for _, tc := range []struct {
+		host           string
+		external, code int
+		body           string
+	}{
+		{"private.default.svc.cluster.local", 404, 200, "private"},
+		{"private.default.svc", 404, 200, "private"},
+		{"private.default", 404, 200, "private"},
+		{"private", 404, 200, "private"},
+		{"PRIVATE:80", 404, 200, "private"},
+		{"hello", 404, 200, "hello"},
+		{"hello.shop", 404, 200, "other"},
+		{"hello.shop.svc.cluster.local", 404, 200, "other"},
+		{"hello.default.example.com", 200, 200, "hello"},
+		{"nope", 404, 404, ""},
+		{"private.shop", 404, 404, ""},
+	} {
+		if resp, body := e.get(tc.host); resp.StatusCode != tc.external {
+			t.Errorf("external %q: %d, want %d (%q)", tc.host, resp.StatusCode, tc.external, body)
+		}
+		resp, body := inner.get(tc.host)
+		if resp.StatusCode != tc.code || tc.body != "" && body != tc.body {
+			t.Errorf("instance %q: %d %q, want %d %q", tc.host, resp.StatusCode, body, tc.code, tc.body)
+		}
+		// net/http's path (HTTP/1.0) has the same scope.
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", tc.host)
+		r10, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r10.Body)
+		c.Close()
+		if r10.StatusCode != tc.code || tc.body != "" && string(b) != tc.body {
+			t.Errorf("instance HTTP/1.0 %q: %d %q, want %d %q", tc.host, r10.StatusCode, b, tc.code, tc.body)
+		}
+	}
+	if !e.router.ServesLocal("private.default.svc.cluster.local") || e.router.ServesLocal("nope.default.svc.cluster.local") {
+		t.Error("ServesLocal disagrees with the routes")
+	}
+}
+
+// TestDomainMappingHosts: a mapping's host serves its Route's split, even a
+// cluster-local Route's on the external listener; it goes with the mapping
+// or the Route.
+func TestDomainMappingHosts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{External: true})
+	priv := backend(t, named("private"))
+	e.inst.setConfig("default", "private-1", RevisionConfig{})
+	e.inst.setEndpoints("default", "private-1", loopbackEndpoint("c", priv))
+	e.table.Set(routing.Route{Namespace: "default", Name: "private", Host: "private.default.svc.cluster.local",
+		ClusterLocal: true, Traffic: []routing.Split{{Revision: "private-1", Percent: 100}}})
+	if resp, _ := e.get("shop.example.com"); resp.StatusCode != 404 {
+		t.Fatalf("unmapped: %d", resp.StatusCode)
+	}
+	e.table.SetMapping(routing.Mapping{Host: "shop.example.com", Namespace: "default", Route: "private"})
+	if resp, body := e.get("Shop.Example.com:8080"); resp.StatusCode != 200 || body != "private" {
+		t.Errorf("mapped: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := e.get("private.default.svc.cluster.local"); resp.StatusCode != 404 {
+		t.Errorf("the cluster-local Route itself: %d, want 404", resp.StatusCode)
+	}
+	e.table.SetMapping(routing.Mapping{Host: "gone.example.com", Namespace: "default", Route: "nope"})
+	if resp, _ := e.get("gone.example.com"); resp.StatusCode != 404 {
+		t.Errorf("mapping to a missing Route: %d, want 404", resp.StatusCode)
+	}
+	e.table.DeleteMapping("shop.example.com")
+	if resp, _ := e.get("shop.example.com"); resp.StatusCode != 404 {
+		t.Errorf("deleted mapping: %d, want 404", resp.StatusCode)
+	}
+}

@@ -58,6 +58,12 @@ type Server struct {
 	MaxHeaderBytes int
 	// H2C serves HTTP/2 cleartext connections; nil: a default one.
 	H2C *http2.Server
+	// Namespace, when set, says this Server serves the calls of the
+	// instances of that namespace, on listeners inside their network
+	// namespaces: every Route is served, cluster-local ones included, by
+	// its cluster-local address, its short forms and its bare name for a
+	// Route of the same namespace, whatever [Options.External] says.
+	Namespace string
 
 	initOnce sync.Once
 	fallback *http.Server
@@ -72,6 +78,9 @@ type Server struct {
 
 	handedOver atomic.Uint64 // connections given to net/http
 }
+
+// scopeKey keys a request context's scope: the Server's Namespace.
+type scopeKey struct{}
 
 // Connection states.
 const (
@@ -102,6 +111,10 @@ func (s *Server) init() {
 			IdleTimeout:       s.idleTimeout(),
 			MaxHeaderBytes:    s.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		}
+		if s.Namespace != "" {
+			ctx := context.WithValue(context.Background(), scopeKey{}, s.Namespace)
+			s.fallback.BaseContext = func(net.Listener) context.Context { return ctx }
 		}
 		s.fbErr = make(chan error, 1)
 		go func() { s.fbErr <- s.fallback.Serve(s.handoff) }()

@@ -29,16 +29,65 @@ type Route struct {
 	Tags map[string]string
 }
 
-// Table is the set of published routes, safe for concurrent use. Readers
-// get immutable snapshots.
+// Mapping is one DomainMapping as the data plane needs it: Host serves
+// what the Route Namespace/Route serves.
+type Mapping struct {
+	Host      string
+	Namespace string
+	Route     string
+}
+
+// Table is the set of published routes and domain mappings, safe for
+// concurrent use. Readers get immutable snapshots.
 type Table struct {
-	mu     sync.RWMutex
-	routes map[string]Route // namespace/name -> route
-	subs   []func()
+	mu       sync.RWMutex
+	routes   map[string]Route   // namespace/name -> route
+	mappings map[string]Mapping // host -> mapping
+	subs     []func()
 }
 
 // NewTable returns an empty table.
-func NewTable() *Table { return &Table{routes: map[string]Route{}} }
+func NewTable() *Table { return &Table{routes: map[string]Route{}, mappings: map[string]Mapping{}} }
+
+// SetMapping publishes (or replaces) the mapping of m.Host.
+func (t *Table) SetMapping(m Mapping) {
+	t.mu.Lock()
+	old, had := t.mappings[m.Host]
+	t.mappings[m.Host] = m
+	subs := t.subs
+	t.mu.Unlock()
+	if !had || old != m {
+		for _, f := range subs {
+			f()
+		}
+	}
+}
+
+// DeleteMapping removes the mapping of host.
+func (t *Table) DeleteMapping(host string) {
+	t.mu.Lock()
+	_, ok := t.mappings[host]
+	delete(t.mappings, host)
+	subs := t.subs
+	t.mu.Unlock()
+	if ok {
+		for _, f := range subs {
+			f()
+		}
+	}
+}
+
+// Mappings returns every mapping, ordered by host.
+func (t *Table) Mappings() []Mapping {
+	t.mu.RLock()
+	out := make([]Mapping, 0, len(t.mappings))
+	for _, m := range t.mappings {
+		out = append(out, m)
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out
+}
 
 // Set publishes (or replaces) a route.
 func (t *Table) Set(r Route) {

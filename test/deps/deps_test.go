@@ -28,6 +28,7 @@ var forbidden = map[string][]string{
 	"pkg/oci":        {"pkg/"},
 	"pkg/quota":      {"pkg/"},
 	"pkg/network":    {"pkg/"},
+	"pkg/dns":        {"pkg/"},
 	"pkg/disk":       {"pkg/"},
 	"pkg/logs":       {"pkg/"},
 	"pkg/pod":        {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/router", "pkg/autoscaler", "pkg/replicas", "pkg/routing"},
@@ -55,6 +56,7 @@ var forbidden = map[string][]string{
 var forbiddenOutside = map[string][]string{
 	"pkg/pod":  {"knative.dev/", "k8s.io/client-go/"},
 	"pkg/logs": {"knative.dev/", "k8s.io/"},
+	"pkg/dns":  {"knative.dev/", "k8s.io/"},
 }
 
 func TestDependencyDirection(t *testing.T) {

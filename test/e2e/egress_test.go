@@ -174,6 +174,14 @@ func TestEgress(t *testing.T) {
 			if rc == "runc" {
 				other = addrs["runsc"]
 			}
+			// Platform names with egress on: the other instance's
+			// Service through the router, by its short name.
+			if f := e.fetchFrom(t, svc, "http://egress-"+map[string]string{"runc": "runsc", "runsc": "runc"}[rc]+"/healthz"); f.Status != 200 {
+				t.Errorf("call by name with egress on: %+v", f)
+			}
+			if r := e.resolveFrom(t, svc, "nope.default.svc.cluster.local."); !r.NotFound {
+				t.Errorf("unknown platform name with egress on: %+v, want NXDOMAIN", r)
+			}
 			for name, target := range map[string]netip.AddrPort{
 				"other instance":            netip.AddrPortFrom(other, 8080),
 				"host via the gateway":      netip.AddrPortFrom(subnet.Addr().Next(), hostPort),

@@ -245,6 +245,8 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/net", interfaces)
 	mux.HandleFunc("/dial", dial)
+	mux.HandleFunc("/fetch", fetch)
+	mux.HandleFunc("/resolve", resolve)
 	mux.HandleFunc("/file", readFile)
 	mux.HandleFunc("/fail-health", func(w http.ResponseWriter, r *http.Request) {
 		s.unhealthy.Store(true)

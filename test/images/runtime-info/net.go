@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -73,6 +77,89 @@ func dial(w http.ResponseWriter, r *http.Request) {
 		res.Error = "read: " + err.Error()
 	} else {
 		res.OK, res.Line = true, line[:len(line)-1]
+	}
+	writeJSON(w, res)
+}
+
+// FetchResult is what /fetch got.
+type FetchResult struct {
+	URL    string `json:"url"`
+	Status int    `json:"status,omitempty"`
+	Body   string `json:"body,omitempty"` // at most 4 KiB
+	Error  string `json:"error,omitempty"`
+	Micros int64  `json:"micros"` // the request's duration
+}
+
+// fetch GETs url (with the resolver of /etc/resolv.conf) and says what came
+// back: how instances call each other.
+func fetch(w http.ResponseWriter, r *http.Request) {
+	u := r.URL.Query().Get("url")
+	if u == "" {
+		http.Error(w, "url: required", http.StatusBadRequest)
+		return
+	}
+	ms, ok := intParam(w, r, "ms", 30000)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), min(time.Duration(ms)*time.Millisecond, 60*time.Second))
+	defer cancel()
+	res := FetchResult{URL: u}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		http.Error(w, "url: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	// h: one request header, "Name: value".
+	if h := r.URL.Query().Get("h"); h != "" {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			http.Error(w, "h: want Name: value", http.StatusBadRequest)
+			return
+		}
+		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	start := time.Now()
+	resp, err := fetchClient.Do(req)
+	if err == nil {
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		res.Status, res.Body = resp.StatusCode, string(b)
+		err = rerr
+	}
+	res.Micros = time.Since(start).Microseconds()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	writeJSON(w, res)
+}
+
+// fetchClient keeps connections, as a service calling another would.
+var fetchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+
+// ResolveResult is what /resolve found.
+type ResolveResult struct {
+	Name     string   `json:"name"`
+	Addrs    []string `json:"addrs,omitempty"`
+	NotFound bool     `json:"notFound,omitempty"`
+	Error    string   `json:"error,omitempty"`
+	Micros   int64    `json:"micros"`
+}
+
+// resolve looks name up with /etc/resolv.conf (search path included).
+func resolve(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	res := ResolveResult{Name: name}
+	start := time.Now()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	res.Micros = time.Since(start).Microseconds()
+	res.Addrs = addrs
+	if err != nil {
+		res.Error = err.Error()
+		var de *net.DNSError
+		res.NotFound = errors.As(err, &de) && de.IsNotFound
 	}
 	writeJSON(w, res)
 }

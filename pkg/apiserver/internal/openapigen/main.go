@@ -8,7 +8,8 @@
 //     (artifacts/openapi/swagger.json), which Kubernetes generates from
 //     k8s.io/api's types with kube-openapi;
 //   - Knative's kinds from the CRD schemas knative.dev/serving ships
-//     (config/core/300-resources/*.yaml), completed as kube-apiserver
+//     (config/core/300-resources/*.yaml), and ClusterDomainClaim's from
+//     knative.dev/networking (config/domain-claim.yaml), completed as kube-apiserver
 //     completes a CRD's schema (apiVersion, kind, metadata as ObjectMeta,
 //     the group-version-kind extension).
 //
@@ -59,6 +60,7 @@ var roots = []string{
 var servedKnative = map[string]bool{
 	"serving.knative.dev/Service": true, "serving.knative.dev/Configuration": true,
 	"serving.knative.dev/Revision": true, "serving.knative.dev/Route": true,
+	"serving.knative.dev/DomainMapping": true, "networking.internal.knative.dev/ClusterDomainClaim": true,
 }
 
 const objectMeta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -126,6 +128,12 @@ func run(out string) error {
 	if err != nil {
 		return err
 	}
+	// ClusterDomainClaim's CRD ships with knative.dev/networking.
+	networking, err := moduleDir("knative.dev/networking")
+	if err != nil {
+		return err
+	}
+	files = append(files, filepath.Join(networking, "config", "domain-claim.yaml"))
 	sort.Strings(files)
 	for _, f := range files {
 		if err := addCRD(defs, swagger.Definitions, f); err != nil {
