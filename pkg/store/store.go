@@ -153,6 +153,11 @@ type Options struct {
 	// made again once MinFreeBytes plus its size are free. Zero means
 	// DefaultReserveBytes; negative: no reserve.
 	ReserveBytes int64
+	// Labels, when not nil, keeps a label index of every object, written
+	// with the object, so that a list by label (PageOptions.Labels) reads
+	// only the objects that carry the label. Open builds the index when
+	// missing and drops it when Labels is nil.
+	Labels LabelFunc
 
 	// ringSize caps the number of events held in memory; older retained
 	// events are read from bbolt. Zero means min(EventLogSize, defaultRingSize).
@@ -326,6 +331,9 @@ func (s *Store) recover() error {
 			return fmt.Errorf("read revision: %w", err)
 		}
 		s.rev.Store(rev)
+		if err := s.prepareIndex(tx); err != nil {
+			return err
+		}
 		return s.loadLog(tx, rev)
 	})
 }
