@@ -14,8 +14,13 @@
 // with a reserve file so that a full disk never blocks a delete. The database
 // file is compacted at Open when most of it is free pages.
 //
+// With Options.Labels it keeps a label index (label key=value -> objects)
+// in the transaction of each write, so that a list by label reads only the
+// objects carrying it (see index.go).
+//
 // The store must not interpret what it stores: values are opaque bytes (JSON
-// in practice) that it never decodes, and it knows nothing of Kubernetes kinds,
+// in practice) that it never decodes (the labels come from the owner's
+// LabelFunc), and it knows nothing of Kubernetes kinds,
 // versions, validation or defaulting. A Key's Resource is just a string chosen
 // by the caller. Conversions, admission and the mapping of the errors below to
 // metav1.Status belong to the apiserver.
