@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
+	netinformers "knative.dev/networking/pkg/client/informers/externalversions"
 	netcfg "knative.dev/networking/pkg/config"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	informers "knative.dev/serving/pkg/client/informers/externalversions"
@@ -86,11 +87,13 @@ type Controller struct {
 	log    *slog.Logger
 	clock  clock.Clock
 
-	factory   informers.SharedInformerFactory
-	services  listers.ServiceLister
-	configs   listers.ConfigurationLister
-	revisions listers.RevisionLister
-	routes    listers.RouteLister
+	factory informers.SharedInformerFactory
+	// netFactory watches ClusterDomainClaims; nil when Options.Claims is.
+	netFactory netinformers.SharedInformerFactory
+	services   listers.ServiceLister
+	configs    listers.ConfigurationLister
+	revisions  listers.RevisionLister
+	routes     listers.RouteLister
 	// domain is config-domain, replaced by SetDomain.
 	domain atomic.Pointer[routecfg.Domain]
 	// domainMappings is nil when Options.Claims is.
@@ -168,6 +171,12 @@ func New(opts Options) (*Controller, error) {
 			// take over the domain.
 			c.enqueueSameDomain(o.GetName())
 		})
+		// A claim made, changed or deleted by hand decides which
+		// namespace's mapping of its domain is served: wake them.
+		c.netFactory = netinformers.NewSharedInformerFactory(opts.Claims, opts.Resync)
+		c.watch(c.netFactory.Networking().V1alpha1().ClusterDomainClaims().Informer(), func(o metaObject) {
+			c.enqueueSameDomain(o.GetName())
+		})
 	}
 	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	opts.Scaler.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
@@ -228,6 +237,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		workers = 2
 	}
 	c.factory.Start(ctx.Done())
+	if c.netFactory != nil {
+		c.netFactory.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("controller: informers did not sync")
 	}

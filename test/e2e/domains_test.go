@@ -256,8 +256,7 @@ func TestDomainMapping(t *testing.T) {
 		t.Errorf("unclaimed domain served: %d", code)
 	}
 	e.kubectl(t, "apiVersion: networking.internal.knative.dev/v1alpha1\nkind: ClusterDomainClaim\nmetadata:\n  name: shop.example.com\nspec:\n  namespace: default\n", "apply", "-f", "-")
-	// The claim does not wake the mapping by itself: touch it.
-	e.kubectl(t, "", "annotate", "domainmapping/shop.example.com", "touched=1")
+	// The claim wakes the mapping waiting for its domain.
 	e.waitFor(t, "domainmapping/shop.example.com", "condition=Ready", time.Minute)
 	if u := e.kubectl(t, "", "get", "dm", "shop.example.com", "-o", "jsonpath={.status.url}"); !strings.HasPrefix(u, "http://shop.example.com") {
 		t.Errorf("status.url %q", u)
