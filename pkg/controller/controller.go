@@ -56,7 +56,10 @@ type Options struct {
 	Claims  netclient.Interface
 	Network *netcfg.Config
 	Domain  *routecfg.Domain
-	GC      *gcconfig.Config
+	// ClusterDomain is the cluster domain ("": DefaultClusterDomain):
+	// cluster-local addresses are name.namespace.svc.<ClusterDomain>.
+	ClusterDomain string
+	GC            *gcconfig.Config
 	// HTTPPort is the data plane's port; URLs carry it unless it is 80.
 	HTTPPort int
 	// APIURL is the API server's URL: a revision's status.logUrl is its
@@ -129,6 +132,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Resync == 0 {
 		opts.Resync = 10 * time.Minute
+	}
+	if opts.ClusterDomain == "" {
+		opts.ClusterDomain = DefaultClusterDomain
 	}
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
 		initialized: make(chan struct{}), events: newRecorders(opts.Recorder)}

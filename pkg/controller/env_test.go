@@ -146,6 +146,8 @@ type env struct {
 	claims netclient.Interface
 	// resync is the controller's resync period (0: a second).
 	resync time.Duration
+	// clusterDomain is Options.ClusterDomain.
+	clusterDomain string
 }
 
 func newEnv(t *testing.T, gc map[string]string) *env {
@@ -201,7 +203,7 @@ func (e *env) startController() {
 		resync = time.Second
 	}
 	c, err := controller.New(controller.Options{
-		Client: e.client, Claims: e.claims, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		Client: e.client, Claims: e.claims, ClusterDomain: e.clusterDomain, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
 		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: resync,
 		Recorder: controller.Recorders(events),

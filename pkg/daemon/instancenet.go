@@ -64,9 +64,12 @@ type pendingListener struct {
 
 // newInstanceNet returns the instances' network services; upstream are the
 // name servers other names are forwarded to (nil: NXDOMAIN).
-func newInstanceNet(upstream []string, log *slog.Logger) *instanceNet {
-	n := &instanceNet{log: log, domain: dns.DefaultDomain, servers: map[string]*router.Server{}}
-	n.resolver = &dns.Resolver{Router: instanceAddr, Upstream: upstream, Exists: n.exists}
+func newInstanceNet(clusterDomain string, upstream []string, log *slog.Logger) *instanceNet {
+	if clusterDomain == "" {
+		clusterDomain = dns.DefaultDomain
+	}
+	n := &instanceNet{log: log, domain: clusterDomain, servers: map[string]*router.Server{}}
+	n.resolver = &dns.Resolver{Domain: clusterDomain, Router: instanceAddr, Upstream: upstream, Exists: n.exists}
 	return n
 }
 

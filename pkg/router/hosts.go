@@ -7,9 +7,6 @@ import (
 	"github.com/knbox/knbox/pkg/routing"
 )
 
-// clusterLocalSuffix is the domain of every Route's cluster-local address.
-const clusterLocalSuffix = ".svc.cluster.local"
-
 // target is what one host serves: a Route's weighted split, or a tag's
 // revision.
 type target struct {
@@ -48,8 +45,8 @@ func (r *Router) rebuildHosts() {
 	r.hostsMu.Lock()
 	defer r.hostsMu.Unlock()
 	routes, mappings := r.table.Routes(), r.table.Mappings()
-	r.hosts.Store(buildIndex(routes, mappings, r.external))
-	r.local.Store(buildIndex(routes, mappings, false))
+	r.hosts.Store(buildIndex(routes, mappings, r.external, r.clusterDomain))
+	r.local.Store(buildIndex(routes, mappings, false, r.clusterDomain))
 }
 
 // find returns the target of a canonical host for a client of scope: ""
@@ -80,8 +77,9 @@ func (r *Router) ServesLocal(host string) bool {
 
 // buildIndex indexes routes (ordered by namespace and name: when two claim
 // the same host, the first wins). Published hosts win over the derived
-// cluster-local addresses.
-func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool) *hostIndex {
+// cluster-local addresses (name.namespace.svc.<clusterDomain> and its
+// short forms).
+func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool, clusterDomain string) *hostIndex {
 	x := &hostIndex{hosts: map[string]*target{}}
 	add := func(host string, t *target) {
 		h := canonicalHost(host)
@@ -125,7 +123,7 @@ func buildIndex(routes []routing.Route, mappings []routing.Mapping, external boo
 	if !external {
 		for i, rt := range routes {
 			base := rt.Name + "." + rt.Namespace
-			add(base+clusterLocalSuffix, mains[i])
+			add(base+".svc."+clusterDomain, mains[i])
 			add(base+".svc", mains[i])
 			add(base, mains[i])
 		}

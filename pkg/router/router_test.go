@@ -1096,3 +1096,31 @@ func TestDomainMappingHosts(t *testing.T) {
 		t.Errorf("deleted mapping: %d, want 404", resp.StatusCode)
 	}
 }
+
+// TestClusterDomain: with another cluster domain, cluster-local addresses
+// are under it, and no longer under cluster.local.
+func TestClusterDomain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{ClusterDomain: "Corp.Internal."})
+	priv := backend(t, named("private"))
+	e.inst.setConfig("default", "private-1", RevisionConfig{})
+	e.inst.setEndpoints("default", "private-1", loopbackEndpoint("c", priv))
+	e.table.Set(routing.Route{Namespace: "default", Name: "private", Host: "private.default.svc.corp.internal",
+		ClusterLocal: true, Traffic: []routing.Split{{Revision: "private-1", Percent: 100}}})
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{"private.default.svc.corp.internal", 200},
+		{"private.default.svc", 200},
+		{"private.default", 200},
+		{"private.default.svc.cluster.local", 404},
+	} {
+		if resp, body := e.get(tc.host); resp.StatusCode != tc.code {
+			t.Errorf("%q: %d, want %d (%q)", tc.host, resp.StatusCode, tc.code, body)
+		}
+	}
+	if !e.router.ServesLocal("private.default.svc.corp.internal") || e.router.ServesLocal("private.default.svc.cluster.local") {
+		t.Error("ServesLocal disagrees with the cluster domain")
+	}
+}
