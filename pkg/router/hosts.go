@@ -12,8 +12,12 @@ import (
 type target struct {
 	namespace, route string
 	tagRevision      string // a tag host: this revision only
-	splits           []routing.Split
-	total            int64
+	// rewriteHost, when set, is the Host header the instance gets (a
+	// DomainMapping's: its Route's cluster-local host, as Knative
+	// rewrites it); the client's host stays in Forwarded.
+	rewriteHost string
+	splits      []routing.Split
+	total       int64
 }
 
 // pick chooses the revision for one request; "" if there is none.
@@ -117,7 +121,9 @@ func buildIndex(routes []routing.Route, mappings []routing.Mapping, external boo
 	// publishes it under a domain of one's own).
 	for _, m := range mappings {
 		if t := byName[m.Namespace+"/"+m.Route]; t != nil {
-			add(m.Host, t)
+			mt := *t
+			mt.rewriteHost = m.Route + "." + m.Namespace + ".svc." + clusterDomain
+			add(m.Host, &mt)
 		}
 	}
 	if !external {

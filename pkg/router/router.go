@@ -266,7 +266,7 @@ func (r *Router) serve(t *target, rv *revision, cfg RevisionConfig, w http.Respo
 	if errors.Is(err, errForgotten) {
 		return false
 	}
-	c := &call{w: w, rv: rv, ep: ep, cfg: cfg, client: ctx}
+	c := &call{w: w, rv: rv, ep: ep, cfg: cfg, client: ctx, host: t.rewriteHost}
 	var queued time.Duration
 	if r.observer != nil {
 		queued = time.Since(start)
