@@ -326,6 +326,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	// Instances' names and calls to other services, served inside their
 	// network namespaces; the router serves them once it exists.
 	instNet := newInstanceNet(cfg.ClusterDomain, upstream, log.With("component", "instance-network"))
+	instNet.tokens = srv
 	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
 	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()

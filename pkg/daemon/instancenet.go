@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 	"io"
 	"log/slog"
 	"net"
@@ -47,6 +48,8 @@ type instanceNet struct {
 	resolver *dns.Resolver
 	log      *slog.Logger
 	domain   string
+	// tokens issues the metadata service's identity tokens (nil: none).
+	tokens serviceaccount.TokenIssuer
 	// newServer makes the router's Server for one namespace's instances.
 	newServer func(namespace string) *router.Server
 
@@ -143,7 +146,7 @@ func (n *instanceNet) attach(ctx context.Context, spec *pod.Spec, ns *network.NS
 		if err != nil {
 			return "", nil, fmt.Errorf("the metadata service's listener: %w", err)
 		}
-		att.meta = serveMetadata(ln, spec)
+		att.meta = serveMetadata(ln, spec, n.tokens)
 	}
 	if routerPort {
 		// Shared (SO_REUSEPORT): a successor knbox adopting the instance
