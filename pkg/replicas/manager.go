@@ -149,6 +149,8 @@ type Manager struct {
 
 	subsMu sync.RWMutex
 	subs   []func(namespace, name string)
+	// podSubs are told about every instance's changes (SubscribePods).
+	podSubs []func(namespace, name string)
 }
 
 // New returns a Manager.
