@@ -114,6 +114,11 @@ type Server struct {
 	authz  *authz.Authorizer
 	tokens *serviceaccount.Signer
 	saAuth *serviceaccount.Authenticator
+
+	// the Pods mirror (pods.go)
+	podsMu   sync.Mutex
+	pods     PodSource
+	podQueue workqueue.RateLimitingInterface
 }
 
 // New builds a Server.
@@ -339,6 +344,12 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			notFound()
 			return
 		}
+	}
+	if req.kind.Mirror && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch) {
+		// Pods are the instances' mirror: they change with the instances.
+		verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch"}[r.Method]
+		writeError(w, apierrors.NewMethodNotSupported(req.kind.GroupResource(), verb))
+		return
 	}
 	if req.kind.Namespaced && req.namespace == "" && (req.name != "" || r.Method == http.MethodPost) {
 		notFound()

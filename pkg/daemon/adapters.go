@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"context"
+	"errors"
 
+	corev1 "k8s.io/api/core/v1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/replicas"
 	"github.com/knbox/knbox/pkg/router"
@@ -46,3 +49,22 @@ func (a controllerRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) 
 }
 
 var _ controller.Runtime = controllerRuntime{}
+
+// podSource shows the revision manager's instances to the API as Pods.
+type podSource struct{ m *replicas.Manager }
+
+func (a podSource) Pods() []*corev1.Pod { return a.m.Pods() }
+
+func (a podSource) Pod(namespace, name string) (*corev1.Pod, bool) { return a.m.Pod(namespace, name) }
+
+func (a podSource) SubscribePods(f func(namespace, name string)) { a.m.SubscribePods(f) }
+
+// DeletePod: an instance that is gone already is deleted.
+func (a podSource) DeletePod(namespace, name string) error {
+	if err := a.m.DeletePod(namespace, name); err != nil && !errors.Is(err, replicas.ErrNoInstance) {
+		return err
+	}
+	return nil
+}
+
+var _ apiserver.PodSource = podSource{}

@@ -361,7 +361,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 4)
+	done := make(chan struct{}, 5)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
@@ -382,6 +382,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	case <-socks.Requested():
 	}
 	waitReady(runCtx, pods, adopted, adoptedReadyWait)
+	// The instances as Pods on the API, once those of an earlier run are
+	// adopted (their Pods keep their UIDs).
+	go func() { defer func() { done <- struct{}{} }(); srv.RunPods(runCtx, podSource{mgr}) }()
 	// Plain HTTP: the router's own server (its fast path for HTTP/1.1,
 	// net/http with h2c for the rest), with the listener's limits.
 	dataHandler := h2c.NewHandler(rt, routerListen(cfg).H2C())
@@ -448,7 +451,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		shutdown(metricsSrv, apiShutdownTimeout)
 	}
 	cancel()
-	for range 4 {
+	for range 5 {
 		<-done
 	}
 	inputs.Shutdown()

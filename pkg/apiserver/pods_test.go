@@ -1,0 +1,192 @@
+package apiserver_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
+)
+
+// fakePods is a PodSource whose instances the test sets.
+type fakePods struct {
+	mu      sync.Mutex
+	pods    map[string]*corev1.Pod
+	deleted map[string]int
+	subs    []func(ns, name string)
+}
+
+func newFakePods() *fakePods {
+	return &fakePods{pods: map[string]*corev1.Pod{}, deleted: map[string]int{}}
+}
+
+func (f *fakePods) Pods() []*corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*corev1.Pod
+	for _, p := range f.pods {
+		out = append(out, p.DeepCopy())
+	}
+	return out
+}
+
+func (f *fakePods) Pod(ns, name string) (*corev1.Pod, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pods[ns+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return p.DeepCopy(), true
+}
+
+func (f *fakePods) DeletePod(ns, name string) error {
+	f.mu.Lock()
+	f.deleted[ns+"/"+name]++
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakePods) SubscribePods(fn func(ns, name string)) {
+	f.mu.Lock()
+	f.subs = append(f.subs, fn)
+	f.mu.Unlock()
+}
+
+func (f *fakePods) set(p *corev1.Pod) {
+	f.mu.Lock()
+	f.pods[p.Namespace+"/"+p.Name] = p
+	subs := f.subs
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(p.Namespace, p.Name)
+	}
+}
+
+func (f *fakePods) remove(ns, name string) {
+	f.mu.Lock()
+	delete(f.pods, ns+"/"+name)
+	subs := f.subs
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(ns, name)
+	}
+}
+
+func (f *fakePods) deletes(ns, name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deleted[ns+"/"+name]
+}
+
+func instancePod(name, service string, ready bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+		Labels: map[string]string{"serving.knative.dev/service": service, "app": name}}}
+	p.Spec.Containers = []corev1.Container{{Name: "user-container", Image: "img"}}
+	p.Status.Phase = corev1.PodRunning
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "user-container", Ready: ready,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	return p
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPodsMirror serves a PodSource's instances as Pods: list by label,
+// watch, status changes, read-only to writes, delete stopping the
+// instance, and the Pod gone with it.
+func TestPodsMirror(t *testing.T) {
+	api := apiservertest.StartWith(t, apiservertest.Options{User: "alice@example.com"})
+	e := startEnvFrom(t, api)
+	src := newFakePods()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); api.Server.RunPods(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pods := e.kube.CoreV1().Pods("default")
+
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	src.set(instancePod("hello-00001-abcdefgh", "hello", false))
+	src.set(instancePod("other-00001-abcdefgh", "other", true))
+	var list *corev1.PodList
+	poll(t, "the pods listed by label", func() bool {
+		list, err = pods.List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=hello"})
+		return err == nil && len(list.Items) == 1
+	})
+	p := list.Items[0]
+	if p.Name != "hello-00001-abcdefgh" || p.UID == "" || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod %s uid %q phase %s", p.Name, p.UID, p.Status.Phase)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Added || ev.Object.(*corev1.Pod).Name != p.Name {
+			t.Errorf("first event %s %T, want ADDED of %s", ev.Type, ev.Object, p.Name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no watch event")
+	}
+
+	// A status change reaches the Pod and the watch; the UID stays.
+	src.set(instancePod("hello-00001-abcdefgh", "hello", true))
+	poll(t, "the pod ready", func() bool {
+		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Status.ContainerStatuses[0].Ready && got.UID == p.UID
+	})
+
+	// Read-only but for delete.
+	if _, err := pods.Create(ctx, instancePod("mine", "hello", true), metav1.CreateOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Errorf("create: %v, want 405", err)
+	}
+	if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Errorf("patch: %v, want 405", err)
+	}
+	if _, err := pods.UpdateStatus(ctx, &p, metav1.UpdateOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Errorf("update status: %v, want 405", err)
+	}
+
+	// Delete: the Pod is Terminating, the instance is asked to stop; once
+	// it is gone, so is the Pod.
+	if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the instance stopped", func() bool { return src.deletes("default", p.Name) > 0 })
+	got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("after delete: %v %v, want Terminating", got, err)
+	}
+	src.remove("default", p.Name)
+	poll(t, "the pod gone", func() bool {
+		_, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if _, err := pods.Get(ctx, "other-00001-abcdefgh", metav1.GetOptions{}); err != nil {
+		t.Errorf("the other pod: %v", err)
+	}
+}
+
+var _ apiserver.PodSource = (*fakePods)(nil)
