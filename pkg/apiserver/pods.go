@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/util/workqueue"
 
@@ -266,4 +270,236 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 		return nil
 	}
 	return err
+}
+
+// PodLogOptions are the query parameters of pods/{name}/log, checked.
+type PodLogOptions struct {
+	// Container is the container whose output to read (checked against the
+	// Pod's containers).
+	Container  string
+	Follow     bool
+	Previous   bool
+	Timestamps bool
+	// Since is the time of the first line (zero: from the start).
+	Since time.Time
+	// TailLines, if not nil, is how many of the last lines to write.
+	TailLines *int64
+	// LimitBytes, if not nil, ends the response after that many bytes.
+	LimitBytes *int64
+}
+
+// ErrNoPreviousContainer is what PodLogs returns when Previous asks for a
+// run that did not end.
+var ErrNoPreviousContainer = errors.New("no previous terminated container")
+
+// parsePodLogOptions reads pods/log's query as the kubelet does, with
+// kube-apiserver's validation (ValidatePodLogOptions).
+func parsePodLogOptions(q url.Values, now time.Time) (PodLogOptions, error) {
+	var o PodLogOptions
+	bad := func(field, v, why string) error {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s: invalid value %q: %s", field, v, why))
+	}
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return o, bad(k, strings.Join(vs, ","), "given more than once")
+		}
+	}
+	boolean := func(name string, dst *bool) error {
+		v := q.Get(name)
+		if v == "" {
+			return nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return bad(name, v, "must be true or false")
+		}
+		*dst = b
+		return nil
+	}
+	if err := errors.Join(boolean("follow", &o.Follow), boolean("previous", &o.Previous), boolean("timestamps", &o.Timestamps)); err != nil {
+		return o, err
+	}
+	o.Container = q.Get("container")
+	if len(o.Container) > 253 {
+		return o, bad("container", o.Container[:64]+"...", "must be no more than 253 characters")
+	}
+	integer := func(name string, min int64) (*int64, error) {
+		v := q.Get(name)
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min {
+			return nil, bad(name, v, fmt.Sprintf("must be an integer of at least %d", min))
+		}
+		return &n, nil
+	}
+	var err error
+	if o.TailLines, err = integer("tailLines", 0); err != nil {
+		return o, err
+	}
+	if o.LimitBytes, err = integer("limitBytes", 1); err != nil {
+		return o, err
+	}
+	secs, err := integer("sinceSeconds", 1)
+	if err != nil {
+		return o, err
+	}
+	st := q.Get("sinceTime")
+	if secs != nil && st != "" {
+		return o, bad("sinceTime", st, "at most one of sinceSeconds or sinceTime may be specified")
+	}
+	if secs != nil {
+		// Bounded: a huge value means from the start.
+		o.Since = now.Add(-time.Duration(min(*secs, int64(100*365*24*3600))) * time.Second)
+	}
+	if st != "" {
+		t, err := time.Parse(time.RFC3339, st)
+		if err != nil {
+			return o, bad("sinceTime", st, "must be an RFC 3339 time")
+		}
+		o.Since = t
+	}
+	return o, nil
+}
+
+// handlePodLog streams one container's output of a Pod (its instance).
+func (s *Server) handlePodLog(w http.ResponseWriter, r *http.Request, req request) error {
+	obj, _, err := s.getStored(req.kind, req.namespace, req.name)
+	if err != nil {
+		return err
+	}
+	p := obj.(*corev1.Pod)
+	opts, err := parsePodLogOptions(r.URL.Query(), time.Now())
+	if err != nil {
+		return err
+	}
+	if opts.Container, err = podContainer(p, opts.Container); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if opts.Follow {
+		// A follow ends with the instance, as with its container on a
+		// cluster.
+		go s.cancelWhenGone(ctx, cancel, req.namespace, req.name, p.UID)
+	}
+	var out io.Writer = w
+	flushed := false
+	lw := &lazyHeader{w: w, start: func() {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+		flushed = true
+	}}
+	out = lw
+	if f, ok := w.(http.Flusher); ok {
+		out = flushWriter{w: lw, f: f}
+	}
+	if opts.LimitBytes != nil {
+		out = &limitWriter{w: out, left: *opts.LimitBytes, cancel: cancel}
+	}
+	if opts.Follow && !opts.Previous {
+		lw.begin() // headers at once: kubectl waits for them
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	err = s.opts.PodLogs(ctx, out, p, opts)
+	switch {
+	case errors.Is(err, ErrNoPreviousContainer) && !flushed:
+		return apierrors.NewBadRequest(fmt.Sprintf("previous terminated container %q in pod %q not found", opts.Container, p.Name))
+	case err != nil && !flushed:
+		return err
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("streaming pod logs", "namespace", req.namespace, "pod", req.name, "err", err)
+	}
+	lw.begin()
+	return nil
+}
+
+// podContainer checks the container named for a Pod's subresource, or
+// picks the only one.
+func podContainer(p *corev1.Pod, name string) (string, error) {
+	var names []string
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return name, nil
+		}
+		names = append(names, c.Name)
+	}
+	switch {
+	case name == "" && len(names) == 1:
+		return names[0], nil
+	case name == "":
+		return "", apierrors.NewBadRequest(fmt.Sprintf("a container name must be specified for pod %s, choose one of: %v", p.Name, names))
+	}
+	return "", apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", name, p.Name))
+}
+
+// cancelWhenGone calls cancel once the Pod namespace/name (of uid) is gone
+// or ctx ends.
+func (s *Server) cancelWhenGone(ctx context.Context, cancel func(), namespace, name string, uid types.UID) {
+	k := s.kinds.Lookup("", "pods")
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		obj, _, err := s.getStored(k, namespace, name)
+		if apierrors.IsNotFound(err) || err == nil && accessor(obj).UID != uid {
+			cancel()
+			return
+		}
+	}
+}
+
+// lazyHeader writes the 200 header before the first byte of the body, so
+// an error found before any output is still answered as a Status.
+type lazyHeader struct {
+	w       http.ResponseWriter
+	start   func()
+	started bool
+}
+
+func (l *lazyHeader) begin() {
+	if !l.started {
+		l.started = true
+		l.start()
+	}
+}
+
+func (l *lazyHeader) Write(p []byte) (int, error) {
+	l.begin()
+	return l.w.Write(p)
+}
+
+// limitWriter writes at most left bytes, then ends the stream.
+type limitWriter struct {
+	w      io.Writer
+	left   int64
+	cancel func()
+}
+
+var errLimitReached = errors.New("limitBytes reached")
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.cancel()
+		return 0, errLimitReached
+	}
+	n := len(p)
+	if int64(n) > l.left {
+		p = p[:l.left]
+	}
+	m, err := l.w.Write(p)
+	l.left -= int64(m)
+	if err == nil && m < n {
+		l.cancel()
+		err = errLimitReached
+	}
+	return m, err
 }

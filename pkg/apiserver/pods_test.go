@@ -2,6 +2,9 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -190,3 +193,87 @@ func TestPodsMirror(t *testing.T) {
 }
 
 var _ apiserver.PodSource = (*fakePods)(nil)
+
+// TestPodLogs reads pods/log through client-go: the options reach the log
+// source checked, a wrong container or option is a 400, a previous run
+// that did not end is a 400 as the kubelet says it, and a follow ends
+// when the Pod is gone.
+func TestPodLogs(t *testing.T) {
+	var mu sync.Mutex
+	var got apiserver.PodLogOptions
+	api := apiservertest.StartWith(t, apiservertest.Options{User: "alice@example.com", Server: func(o *apiserver.Options) {
+		o.PodLogs = func(ctx context.Context, w io.Writer, p *corev1.Pod, opts apiserver.PodLogOptions) error {
+			mu.Lock()
+			got = opts
+			mu.Unlock()
+			if opts.Previous {
+				return apiserver.ErrNoPreviousContainer
+			}
+			fmt.Fprintf(w, "line of %s/%s\n", p.Name, opts.Container)
+			if opts.Follow {
+				<-ctx.Done()
+			}
+			return nil
+		}
+	}})
+	e := startEnvFrom(t, api)
+	src := newFakePods()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); api.Server.RunPods(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pods := e.kube.CoreV1().Pods("default")
+	p := instancePod("hello-00001-abcdefgh", "hello", true)
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "side", Image: "img"})
+	src.set(p)
+	poll(t, "the pod", func() bool { _, err := pods.Get(ctx, p.Name, metav1.GetOptions{}); return err == nil })
+
+	tail := int64(5)
+	b, err := pods.GetLogs(p.Name, &corev1.PodLogOptions{Container: "user-container", TailLines: &tail, Timestamps: true}).DoRaw(ctx)
+	if err != nil || string(b) != "line of hello-00001-abcdefgh/user-container\n" {
+		t.Fatalf("logs: %q %v", b, err)
+	}
+	mu.Lock()
+	if got.TailLines == nil || *got.TailLines != 5 || !got.Timestamps || got.Follow {
+		t.Errorf("options %+v", got)
+	}
+	mu.Unlock()
+	for _, tc := range []struct {
+		query, want string
+	}{
+		{"", "a container name must be specified"},
+		{"container=nope", "container nope is not valid"},
+		{"container=side&tailLines=-1", "tailLines"},
+		{"container=side&sinceSeconds=1&sinceTime=2026-01-01T00:00:00Z", "at most one of"},
+		{"container=side&follow=maybe", "follow"},
+		{"container=side&limitBytes=0", "limitBytes"},
+		{"container=side&previous=true", `previous terminated container \"side\" in pod`},
+	} {
+		code, body := e.do("GET", "/api/v1/namespaces/default/pods/"+p.Name+"/log?"+tc.query, "", nil)
+		if code != 400 || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%q: %d %s, want 400 with %q", tc.query, code, body, tc.want)
+		}
+	}
+	code, body := e.do("GET", "/api/v1/namespaces/default/pods/nope/log", "", nil)
+	if code != 404 {
+		t.Errorf("log of no pod: %d %s", code, body)
+	}
+
+	// A follow ends once the pod is gone.
+	rc, err := pods.GetLogs(p.Name, &corev1.PodLogOptions{Container: "side", Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	ended := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(rc); ended <- b }()
+	src.remove("default", p.Name)
+	select {
+	case b := <-ended:
+		if string(b) != "line of hello-00001-abcdefgh/side\n" {
+			t.Errorf("followed %q", b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow did not end with the pod")
+	}
+}

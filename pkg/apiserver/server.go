@@ -61,6 +61,10 @@ type Options struct {
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+	// PodLogs streams one container's output of a Pod (an instance) for
+	// the pods/{name}/log subresource; nil: not served. It returns
+	// ErrNoPreviousContainer when opts.Previous finds no ended run.
+	PodLogs func(ctx context.Context, w io.Writer, pod *corev1.Pod, opts PodLogOptions) error
 	// ReadyChecks are checked by /readyz besides the store's free space.
 	ReadyChecks []ReadyCheck
 	// Limits bound what requests may cost; see Limits.
@@ -335,6 +339,11 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			}
 			return
 		case req.subresource == "status" && req.kind.HasStatus:
+		case req.subresource == "log" && req.kind.Mirror && req.kind.Kind == "Pod" && s.opts.PodLogs != nil && r.Method == http.MethodGet:
+			if err := s.handlePodLog(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
 		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
 			if err := s.handleLog(w, r, req); err != nil {
 				writeError(w, err)

@@ -30,6 +30,7 @@ import (
 
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -63,6 +64,10 @@ const KubeconfigFile = "kubeconfig"
 
 // ControllerUser is the identity the in-process controllers act as.
 const ControllerUser = "system:knbox:controller"
+
+// maxTailLines bounds pods/log's tailLines (an instance's log holds far
+// fewer lines: 20 MiB at most).
+const maxTailLines = 1 << 22
 
 // stopTimeout bounds stopping the instances at exit.
 const stopTimeout = 30 * time.Second
@@ -209,6 +214,21 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
+		PodLogs: func(rctx context.Context, w io.Writer, p *corev1.Pod, o apiserver.PodLogOptions) error {
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			co := logs.CopyOptions{Follow: o.Follow, Since: o.Since, Timestamps: o.Timestamps, Previous: o.Previous,
+				RunEnd: pod.RunEnded, Select: pod.ContainerLines(o.Container, len(p.Spec.Containers))}
+			if o.TailLines != nil {
+				co.Tail, co.HasTail = int(min(*o.TailLines, maxTailLines)), true
+			}
+			err := logStore.CopyInstance(rctx, p.Namespace, p.Labels[replicas.LabelRevision], p.Name, co, w)
+			if errors.Is(err, logs.ErrNoPreviousRun) {
+				return apiserver.ErrNoPreviousContainer
+			}
+			return err
 		},
 	})
 	if err != nil {
