@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// syncBuf is a bytes.Buffer for a process's output read while it runs.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startKubectl runs kubectl in the background until the test ends (at
+// most 3 minutes); its output is in the returned buffer.
+func (e *contractEnv) startKubectl(t *testing.T, args ...string) (*syncBuf, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	cmd := exec.CommandContext(ctx, e.k.bin, args...)
+	cmd.Env = append(os.Environ(), e.k.env...)
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return out, stop
+}
+
+// awaitOutput waits until cond holds of what f returns.
+func awaitOutput(t *testing.T, what string, timeout time.Duration, f func() string, cond func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s := f()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last:\n%s", what, timeout, s)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestKubectlPods drives a Revision's instances as Pods with the real
+// kubectl: get pods -l, the Pod's labels, owner and status, logs -l -c -f,
+// logs --tail/--timestamps/--previous after a crash (restart count and
+// last termination message), and delete pod with the Revision replacing
+// it.
+func TestKubectlPods(t *testing.T) {
+	e := newContractEnv(t)
+	const rc = "runc"
+	svc := contractService("pods", rc, corev1.Container{Image: e.infoRef})
+	svc.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
+	e.apply(t, svc)
+	name := svc.Name
+	e.waitReady(t, name)
+	sel := "serving.knative.dev/service=" + name
+
+	get := func() string { out, _ := e.kubectlRun(t, "", "get", "pods", "-l", sel, "--no-headers"); return out }
+	out := awaitOutput(t, "a running pod", time.Minute, get, func(s string) bool {
+		f := strings.Fields(s)
+		return len(f) >= 3 && f[1] == "1/1" && f[2] == "Running"
+	})
+	pod := strings.Fields(out)[0]
+	if !strings.HasPrefix(pod, name+"-00001-") {
+		t.Errorf("pod name %q, want the revision's name and a suffix", pod)
+	}
+	jp := func(path string) string {
+		return e.kubectl(t, "", "get", "pod", pod, "-o", "jsonpath="+path)
+	}
+	for path, want := range map[string]string{
+		"{.metadata.labels.serving\\.knative\\.dev/configuration}": name,
+		"{.metadata.labels.serving\\.knative\\.dev/revision}":      name + "-00001",
+		"{.metadata.labels.app}":                                   name + "-00001",
+		"{.metadata.ownerReferences[0].kind}":                      "Revision",
+		"{.metadata.ownerReferences[0].name}":                      name + "-00001",
+		"{.status.phase}":                                          "Running",
+		"{.status.containerStatuses[0].name}":                      "user-container",
+		"{.status.containerStatuses[0].ready}":                     "true",
+	} {
+		if got := jp(path); got != want {
+			t.Errorf("%s = %q, want %q", path, got, want)
+		}
+	}
+	if uid := jp("{.metadata.labels.serving\\.knative\\.dev/revisionUID}"); uid == "" || uid != e.kubectl(t, "", "get", "rev", name+"-00001", "-o", "jsonpath={.metadata.uid}") {
+		t.Errorf("revisionUID label %q, want the Revision's UID", uid)
+	}
+
+	// logs -l -c -f: a line the container prints arrives.
+	logs, stopLogs := e.startKubectl(t, "logs", "-l", sel, "-c", "user-container", "-f")
+	// kubectl connects after listing the pods: print until a line arrives.
+	awaitOutput(t, "the followed line", time.Minute, func() string {
+		e.mustGet(t, name, "/log?msg=followed-line-1")
+		return logs.String()
+	}, func(s string) bool { return strings.Contains(s, "followed-line-1") })
+	stopLogs()
+	if tail := e.kubectl(t, "", "logs", pod, "--tail=1", "--timestamps"); len(strings.Fields(tail)) < 2 {
+		t.Errorf("logs --tail=1 --timestamps: %q", tail)
+	} else if _, err := time.Parse(time.RFC3339Nano, strings.Fields(tail)[0]); err != nil || strings.Count(strings.TrimSpace(tail), "\n") != 0 {
+		t.Errorf("logs --tail=1 --timestamps: %q (%v)", tail, err)
+	}
+
+	// A crash: the restart count, the last termination and --previous.
+	_, _, _ = e.get(t, name, "/exit?code=3&msg=crashed-on-purpose", 30*time.Second)
+	awaitOutput(t, "a restart", 2*time.Minute, func() string { return jp("{.status.containerStatuses[0].restartCount}") },
+		func(s string) bool { n, _ := strconv.Atoi(s); return n >= 1 })
+	if got := jp("{.status.containerStatuses[0].lastState.terminated.exitCode}"); got != "3" {
+		t.Errorf("last exit code %q, want 3", got)
+	}
+	if got := jp("{.status.containerStatuses[0].lastState.terminated.message}"); got != "crashed-on-purpose" {
+		t.Errorf("last termination message %q", got)
+	}
+	if prev := e.kubectl(t, "", "logs", pod, "--previous"); !strings.Contains(prev, "exiting with code 3") || !strings.Contains(prev, "followed-line-1") {
+		t.Errorf("logs --previous:\n%s", prev)
+	}
+	if cur, _ := e.kubectlRun(t, "", "logs", pod); !strings.Contains(cur, "exiting with code 3") {
+		t.Errorf("logs (all runs):\n%s", cur)
+	}
+
+	// Read-only but for delete.
+	if out, err := e.kubectlRun(t, "", "label", "pod", pod, "x=y"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("kubectl label pod: %v\n%s", err, out)
+	}
+	// delete pod: gone (kubectl waits), and the Revision makes another.
+	e.kubectl(t, "", "delete", "pod", pod, "--timeout=2m")
+	awaitOutput(t, "another running pod", 2*time.Minute, get, func(s string) bool {
+		f := strings.Fields(s)
+		return len(f) >= 3 && f[0] != pod && f[1] == "1/1" && f[2] == "Running" && !strings.Contains(s, pod)
+	})
+	e.mustGet(t, name, "/")
+}
