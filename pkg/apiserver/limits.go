@@ -98,6 +98,9 @@ func classify(r *http.Request) requestClass {
 		return classLongRunning
 	case strings.HasPrefix(r.URL.Path, "/knbox/v1/images/load"):
 		return classLongRunning
+	case strings.HasSuffix(r.URL.Path, "/exec") || strings.HasSuffix(r.URL.Path, "/portforward"):
+		// Sessions, as kube-apiserver counts them (pods/exec, portforward).
+		return classLongRunning
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:

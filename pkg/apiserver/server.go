@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,6 +66,13 @@ type Options struct {
 	// the pods/{name}/log subresource; nil: not served. It returns
 	// ErrNoPreviousContainer when opts.Previous finds no ended run.
 	PodLogs func(ctx context.Context, w io.Writer, pod *corev1.Pod, opts PodLogOptions) error
+	// Exec runs cmd in a container of a Pod's instance for pods/exec
+	// (stdin nil: none; stdout and stderr nil: not wanted) and returns its
+	// exit code; nil: not served.
+	Exec func(ctx context.Context, pod *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	// PortForward connects to a port of a Pod's instance for
+	// pods/portforward; nil: not served.
+	PortForward func(ctx context.Context, pod *corev1.Pod, port int32) (net.Conn, error)
 	// ReadyChecks are checked by /readyz besides the store's free space.
 	ReadyChecks []ReadyCheck
 	// Limits bound what requests may cost; see Limits.
@@ -339,6 +347,16 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			}
 			return
 		case req.subresource == "status" && req.kind.HasStatus:
+		case req.subresource == "exec" && req.kind.Mirror && s.opts.Exec != nil && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+			if err := s.handlePodExec(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "portforward" && req.kind.Mirror && s.opts.PortForward != nil && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+			if err := s.handlePodPortForward(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
 		case req.subresource == "log" && req.kind.Mirror && req.kind.Kind == "Pod" && s.opts.PodLogs != nil && r.Method == http.MethodGet:
 			if err := s.handlePodLog(w, r, req); err != nil {
 				writeError(w, err)

@@ -174,6 +174,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	var podRuntime atomic.Pointer[pod.Runtime]    // set once the pod runtime exists
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Pod Security admission judges what the instances' policy makes of
@@ -214,6 +215,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
+		Exec: func(rctx context.Context, p *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+			rt := podRuntime.Load()
+			if rt == nil {
+				return -1, errors.New("the pod runtime is starting")
+			}
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return rt.Exec(rctx, p.Name, container, runtime.ExecProcess{Args: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+		},
+		PortForward: func(rctx context.Context, p *corev1.Pod, port int32) (net.Conn, error) {
+			rt := podRuntime.Load()
+			if rt == nil {
+				return nil, errors.New("the pod runtime is starting")
+			}
+			return rt.DialPort(rctx, p.Name, port)
 		},
 		PodLogs: func(rctx context.Context, w io.Writer, p *corev1.Pod, o apiserver.PodLogOptions) error {
 			rctx, stop := context.WithCancel(rctx)
@@ -319,6 +337,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	podRuntime.Store(pods)
 	adopted, err := pods.Recover(runCtx)
 	if err != nil {
 		log.Warn("recovering pods of a previous run", "err", err)

@@ -3,6 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -155,4 +159,58 @@ func TestKubectlPods(t *testing.T) {
 		return len(f) >= 3 && f[0] != pod && f[1] == "1/1" && f[2] == "Running" && !strings.Contains(s, pod)
 	})
 	e.mustGet(t, name, "/")
+}
+
+// TestKubectlExecPortForward runs kubectl exec and kubectl port-forward
+// into runc and runsc instances: the command's output, its exit code, its
+// stdin, the container's environment, and an HTTP request through a
+// forwarded port.
+func TestKubectlExecPortForward(t *testing.T) {
+	e := newContractEnv(t)
+	for _, rc := range contractRuntimeClasses {
+		svc := contractService("xpf", rc, corev1.Container{Image: e.toolRef})
+		svc.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
+		e.apply(t, svc)
+	}
+	for _, rc := range contractRuntimeClasses {
+		t.Run(rc, func(t *testing.T) {
+			name := "xpf-" + rc
+			e.waitReady(t, name)
+			sel := "serving.knative.dev/service=" + name
+			out := awaitOutput(t, "a running pod", time.Minute, func() string {
+				out, _ := e.kubectlRun(t, "", "get", "pods", "-l", sel, "--no-headers")
+				return out
+			}, func(s string) bool { f := strings.Fields(s); return len(f) >= 3 && f[2] == "Running" })
+			pod := strings.Fields(out)[0]
+
+			if got := e.kubectl(t, "", "exec", pod, "--", "sh", "-c", "echo $K_SERVICE; echo to-stderr >&2"); !strings.Contains(got, name) || !strings.Contains(got, "to-stderr") {
+				t.Errorf("exec: %q, want K_SERVICE and stderr", got)
+			}
+			if got := e.kubectl(t, "hello from stdin\n", "exec", "-i", pod, "-c", "user-container", "--", "cat"); got != "hello from stdin\n" {
+				t.Errorf("exec -i cat: %q", got)
+			}
+			out, err := e.kubectlRun(t, "", "exec", pod, "--", "sh", "-c", "exit 7")
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+				t.Errorf("exec of exit 7: %v %q, want kubectl to exit 7", err, out)
+			}
+			if out, err := e.kubectlRun(t, "", "exec", pod, "-c", "nope", "--", "true"); err == nil || !strings.Contains(out, "not valid") {
+				t.Errorf("exec into no such container: %v %q", err, out)
+			}
+
+			addr := freePort(t)
+			_, port, _ := net.SplitHostPort(addr)
+			pf, _ := e.startKubectl(t, "port-forward", "pod/"+pod, port+":8080")
+			client := &http.Client{Timeout: 10 * time.Second}
+			awaitOutput(t, "an answer through the forwarded port", time.Minute, func() string {
+				resp, err := client.Get("http://" + addr + "/")
+				if err != nil {
+					return err.Error() + "\n" + pf.String()
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				return strconv.Itoa(resp.StatusCode) + " " + string(b)
+			}, func(s string) bool { return strings.HasPrefix(s, "200 ") && strings.Contains(s, name) })
+		})
+	}
 }
