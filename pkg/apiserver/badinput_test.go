@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 		{"duplicate yaml keys", "POST", svcPath, "application/yaml", "metadata:\n  name: a\n  name: b\n", 400, ""},
 		{"wrong kind", "POST", svcPath, "application/json", strings.Replace(valid, `"Service"`, `"Route"`, 1), 400, "does not match the expected kind"},
 		{"wrong apiVersion", "POST", svcPath, "application/json", strings.Replace(valid, "serving.knative.dev/v1", "apps/v1", 1), 400, "does not match the expected API version"},
-		{"unknown field", "POST", svcPath, "application/json", strings.Replace(valid, `"spec":{`, `"spec":{"bogus":1,`, 1), 400, `unknown field "spec.bogus"`},
+		{"unknown field, strict", "POST", svcPath + "?fieldValidation=Strict", "application/json", strings.Replace(valid, `"spec":{`, `"spec":{"bogus":1,`, 1), 400, `unknown field "spec.bogus"`},
 		{"two containers with ports", "POST", svcPath, "application/json", strings.Replace(valid, `[{"image":"img"}]`, `[{"name":"a","image":"img","ports":[{"containerPort":8080}]},{"name":"b","image":"img","ports":[{"containerPort":9090}]}]`, 1), 422, "more than one container port is set"},
 		{"two containers without a port", "POST", svcPath, "application/json", strings.Replace(valid, `[{"image":"img"}]`, `[{"name":"a","image":"img"},{"name":"b","image":"img"}]`, 1), 422, "validation failed: missing field(s): spec.template.spec.containers[*].ports"},
 		{"invalid name", "POST", svcPath, "application/json", strings.Replace(valid, `"ok"`, `"Not_OK"`, 1), 422, "metadata.name"},
@@ -87,6 +88,19 @@ func TestBadInputIsRefusedAndNothingStored(t *testing.T) {
 func TestFieldValidationWarnAndIgnore(t *testing.T) {
 	e := newEnv(t)
 	body := `{"metadata":{"name":"%s"},"bogus":true,"spec":{"template":{"spec":{"containers":[{"image":"img"}]}}}}`
+	// Without fieldValidation: dropped with a warning, as a CRD endpoint does.
+	dreq, _ := http.NewRequest("POST", e.url+svcPath, strings.NewReader(strings.Replace(body, "%s", "dflt", 1)))
+	dreq.Header.Set("Authorization", "Bearer "+testToken)
+	dreq.Header.Set("Content-Type", "application/json")
+	dresp, err := e.http.Do(dreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(dresp.Body)
+	dresp.Body.Close()
+	if dresp.StatusCode != 201 || strings.Contains(string(b), "bogus") || !strings.Contains(strings.Join(dresp.Header.Values("Warning"), " "), `unknown field \"bogus\"`) {
+		t.Errorf("default: %d %s, warnings %v", dresp.StatusCode, b, dresp.Header.Values("Warning"))
+	}
 	code, b := e.do("POST", svcPath+"?fieldValidation=Ignore", "application/json", []byte(strings.Replace(body, "%s", "ign", 1)))
 	if code != 201 {
 		t.Errorf("Ignore: %d %s", code, b)

@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -71,7 +70,7 @@ func (s *Server) systemUpdate(ctx context.Context, k *Kind, obj runtime.Object) 
 	if m.ResourceVersion != "" && m.ResourceVersion != accessor(cur).ResourceVersion {
 		return nil, conflict(k, m.Name)
 	}
-	out, _, err := s.update(ctx, request{kind: k, version: k.Version, namespace: m.Namespace, name: m.Name}, obj, cur, entry, nil, false)
+	out, _, err := s.update(ctx, request{kind: k, version: k.Version, namespace: m.Namespace, name: m.Name}, obj, cur, entry, nil, false, owner{manager: internalManager})
 	return out, err
 }
 
@@ -244,7 +243,7 @@ func (s *Server) triggerOn(ctx context.Context, q workqueue.RateLimitingInterfac
 	for ctx.Err() == nil {
 		ch, err := s.store.Watch(ctx, k.storeResource(), "", 0, false)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) {
+			if ctx.Err() == nil { // a stopping server's closed store is no failure
 				s.log.Warn("watch for the auth controllers", "resource", k.storeResource(), "err", err)
 			}
 			select {

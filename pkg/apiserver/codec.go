@@ -120,6 +120,7 @@ const (
 	formatJSONPatch
 	formatStrategicPatch
 	formatProtobuf
+	formatApply
 )
 
 // requestFormat reads the Content-Type of a write.
@@ -141,9 +142,8 @@ func requestFormat(r *http.Request, patch bool) (bodyFormat, error) {
 			return formatJSONPatch, nil
 		case "application/strategic-merge-patch+json":
 			return formatStrategicPatch, nil
-		case "application/apply-patch+yaml", "application/apply-patch+cbor":
-			return 0, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
-				"server-side apply is not supported by knbox; use client-side apply (kubectl apply without --server-side)")
+		case "application/apply-patch+yaml":
+			return formatApply, nil
 		}
 		return 0, errUnsupportedMediaType(ct)
 	}
@@ -173,9 +173,10 @@ func toJSON(body []byte, f bodyFormat) ([]byte, error) {
 	return j, nil
 }
 
-// fieldValidation is the ?fieldValidation directive. knbox's default is
-// Strict: an unknown or duplicate field is refused (a Kubernetes API server
-// defaults to Warn; kubectl sends Strict anyway).
+// fieldValidation is the ?fieldValidation directive. Without one, knbox
+// behaves as a cluster's endpoint for custom resources (which Knative's kinds
+// are there): unknown fields are dropped with a warning. kubectl sends Strict
+// (its default --validate=strict), which refuses them.
 type fieldValidation string
 
 const (
@@ -186,9 +187,9 @@ const (
 
 func parseFieldValidation(r *http.Request) (fieldValidation, error) {
 	switch v := r.URL.Query().Get("fieldValidation"); v {
-	case "", "Strict":
+	case "Strict":
 		return validationStrict, nil
-	case "Warn":
+	case "", "Warn":
 		return validationWarn, nil
 	case "Ignore":
 		return validationIgnore, nil

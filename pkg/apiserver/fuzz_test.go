@@ -225,3 +225,72 @@ func validMethod(m string) bool {
 	}
 	return false
 }
+
+var applyPaths = []string{
+	"/apis/serving.knative.dev/v1/namespaces/default/services/hello",
+	"/apis/serving.knative.dev/v1/namespaces/default/services/hello/status",
+	"/apis/serving.knative.dev/v1/namespaces/default/routes/hello",
+	"/apis/serving.knative.dev/v1alpha1/namespaces/default/services/hello",
+	"/api/v1/namespaces/default/configmaps/c",
+	"/api/v1/namespaces/default/secrets/c",
+	"/apis/rbac.authorization.k8s.io/v1/clusterroles/c",
+}
+
+// FuzzApplyPatch sends arbitrary apply configurations (YAML or JSON) as
+// server-side apply requests, by several managers with and without force.
+// The server never answers 500, answers a Status on failure, and a refused
+// apply stores nothing.
+func FuzzApplyPatch(f *testing.F) {
+	for i, s := range []string{
+		"apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: hello\nspec:\n  template:\n    spec:\n      containers:\n      - image: img\n",
+		`{"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"hello","labels":{"a":"b"}},"spec":{"traffic":[{"latestRevision":true,"percent":100}]}}`,
+		`{"apiVersion":"serving.knative.dev/v1","kind":"Service","metadata":{"name":"hello"},"status":{"observedGeneration":1}}`,
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: \"1\"\n",
+		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"c"},"stringData":{"k":"v"}}`,
+		`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"c"},"rules":[{"verbs":["get"],"resources":["x"],"apiGroups":[""]}]}`,
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","managedFields":[{"manager":"x"}]}}`,
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  name: d\n",
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":1}}`,
+		"[]",
+	} {
+		f.Add(uint8(i), uint8(i), []byte(s))
+	}
+	dir := f.TempDir()
+	st, err := store.Open(filepath.Join(dir, "fuzz.db"), store.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := apiserver.New(apiserver.Options{Store: st, Kinds: apiserver.DefaultKinds(apiserver.SeedVersions()),
+		Admitter: &admission.Admitter{Serving: servingConfig(f)}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		f.Fatal(err)
+	}
+	h := srv.Handler()
+	queries := []string{"fieldManager=a", "fieldManager=b", "fieldManager=b&force=true", "fieldManager=a&fieldValidation=Strict", "fieldManager=a&dryRun=All", ""}
+	f.Fuzz(func(t *testing.T, p, q uint8, body []byte) {
+		path := applyPaths[int(p)%len(applyPaths)] + "?" + queries[int(q)%len(queries)]
+		req := httptest.NewRequest("PATCH", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/apply-patch+yaml")
+		before := st.Revision()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("PATCH %s: %d %s", path, rec.Code, rec.Body.String())
+		}
+		if rec.Code >= 400 {
+			var s metav1.Status
+			if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil || s.Kind != "Status" || s.Message == "" {
+				t.Fatalf("%d without a Status: %s", rec.Code, rec.Body.String())
+			}
+			if st.Revision() != before {
+				t.Fatalf("refused apply (%d %s) changed the store", rec.Code, s.Message)
+			}
+		}
+	})
+}

@@ -27,7 +27,9 @@ func (s *Server) runGC(ctx context.Context) {
 		changed, err := s.gcPass(ctx)
 		switch {
 		case err != nil:
-			s.log.Error("garbage collection pass failed", "err", err)
+			if ctx.Err() == nil { // a stopping server's closed store is no failure
+				s.log.Error("garbage collection pass failed", "err", err)
+			}
 			s.gc.AddRateLimited(item)
 		case changed:
 			// Deleting dependents may orphan their own dependents.

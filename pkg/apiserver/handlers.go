@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -381,7 +382,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, req reques
 	} else {
 		m.Namespace = ""
 	}
-	created, w2, err := s.create(r.Context(), req.kind, obj, userFrom(r.Context()), pathRewrite(req, written), dryRun)
+	manager, err := requestManager(r)
+	if err != nil {
+		return err
+	}
+	created, w2, err := s.create(r.Context(), req.kind, obj, userFrom(r.Context()), pathRewrite(req, written), dryRun, owner{manager: manager})
 	if err != nil {
 		return err
 	}
@@ -391,7 +396,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, req reques
 
 // createObject creates obj as the given user (no dry run, no rewrite).
 func (s *Server) createObject(ctx context.Context, k *Kind, obj runtime.Object, user admission.User) (runtime.Object, error) {
-	o, _, err := s.create(ctx, k, obj, user, nil, false)
+	o, _, err := s.create(ctx, k, obj, user, nil, false, owner{manager: internalManager})
 	return o, err
 }
 
@@ -409,7 +414,7 @@ func (s *Server) checkNamespace(k *Kind, ns, name string) error {
 	return nil
 }
 
-func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user admission.User, rewrite func(string) string, dryRun bool) (runtime.Object, []string, error) {
+func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user admission.User, rewrite func(string) string, dryRun bool, own owner) (runtime.Object, []string, error) {
 	m := accessor(obj)
 	if m.Name == "" && m.GenerateName == "" {
 		return nil, nil, invalid(k.GroupKind(), "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
@@ -424,7 +429,6 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 	m.ResourceVersion = ""
 	m.DeletionTimestamp = nil
 	m.DeletionGracePeriodSeconds = nil
-	m.ManagedFields = nil
 	//lint:ignore SA1019 selfLink is never populated; clear what a client sent
 	m.SelfLink = ""
 	m.Generation = 0
@@ -433,6 +437,13 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 	}
 	if k.HasStatus {
 		zeroField(obj, "Status")
+	}
+	if !own.applied {
+		// managedFields a client sends on create are not kept: the
+		// creator manages what it wrote.
+		m.ManagedFields = nil
+		obj = s.trackFields(k, "", k.New(), obj, own.manager)
+		m = accessor(obj)
 	}
 	if err := s.checkRBACWrite(ctx, k, obj, nil, ""); err != nil {
 		return nil, nil, err
@@ -480,6 +491,10 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, req reques
 	if err != nil {
 		return err
 	}
+	manager, err := requestManager(r)
+	if err != nil {
+		return err
+	}
 	ctx := r.Context()
 	for attempt := 0; ; attempt++ {
 		cur, entry, err := s.getStored(req.kind, req.namespace, req.name)
@@ -506,7 +521,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, req reques
 		} else if req.kind.RequireResourceVersion {
 			return invalid(req.kind.GroupKind(), req.name, field.ErrorList{field.Invalid(field.NewPath("metadata", "resourceVersion"), "", "must be specified for an update")})
 		}
-		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun)
+		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun, owner{manager: manager})
 		if apierrors.IsConflict(err) && expect == 0 && attempt < 5 {
 			continue
 		}
@@ -534,7 +549,7 @@ func conflict(k *Kind, name string) error {
 
 // update replaces the stored object cur (read at entry) with obj, keeping
 // what the client may not change, and honouring the status subresource.
-func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Object, entry store.Entry, rewrite func(string) string, dryRun bool) (runtime.Object, []string, error) {
+func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Object, entry store.Entry, rewrite func(string) string, dryRun bool, own owner) (runtime.Object, []string, error) {
 	k := req.kind
 	om := accessor(cur)
 	op := admission.Update
@@ -542,6 +557,9 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 		op = admission.UpdateStatus
 		n := cur.DeepCopyObject()
 		copyField(n, obj, "Status")
+		if own.applied {
+			accessor(n).ManagedFields = accessor(obj).ManagedFields
+		}
 		obj = n
 	} else if k.HasStatus {
 		copyField(obj, cur, "Status")
@@ -553,10 +571,13 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 	m.DeletionTimestamp = om.DeletionTimestamp
 	m.DeletionGracePeriodSeconds = om.DeletionGracePeriodSeconds
 	m.Generation = om.Generation
-	m.ManagedFields = nil
 	//lint:ignore SA1019 selfLink is never populated; clear what a client sent
 	m.SelfLink = ""
 	m.ResourceVersion = om.ResourceVersion
+	if !own.applied {
+		obj = s.trackFields(k, req.subresource, cur, obj, own.manager)
+		m = accessor(obj)
+	}
 	if om.DeletionTimestamp != nil {
 		for _, f := range m.Finalizers {
 			if !contains(om.Finalizers, f) {
@@ -578,7 +599,7 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 	if k.HasGeneration && op == admission.Update && !apiequality.Semantic.DeepEqual(fieldInterface(obj, "Spec"), fieldInterface(cur, "Spec")) {
 		m.Generation = om.Generation + 1
 	}
-	nb, err := encodeStored(k, obj)
+	nb, err := encodeIgnoringTimes(k, obj, cur, entry.Value)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -647,6 +668,18 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 	if err != nil {
 		return err
 	}
+	if format == formatApply {
+		return s.handleApply(w, r, req, out, dryRun)
+	}
+	manager, err := requestManager(r)
+	if err != nil {
+		return err
+	}
+	if format == formatStrategicPatch && !builtinKind(req.kind) {
+		// As a cluster answers for a custom resource.
+		return newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType,
+			"the body of the request was in an unknown format - accepted media types include: "+strings.Join(patchTypes(req.kind), ", "))
+	}
 	patch, err := readBody(r)
 	if err != nil {
 		return err
@@ -681,7 +714,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, req request
 		if pinned {
 			return conflict(req.kind, req.name)
 		}
-		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun)
+		updated, w2, err := s.update(ctx, req, obj, cur, entry, pathRewrite(req, written), dryRun, owner{manager: manager})
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}

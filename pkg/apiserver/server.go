@@ -114,7 +114,9 @@ type Server struct {
 	gc workqueue.RateLimitingInterface
 
 	openapiOnce sync.Once
-	openapi     map[string][]byte // group-version path -> OpenAPI v3 document
+	openapi     *openAPI // the OpenAPI documents (openapi.go)
+	openapiErr  error
+	fms         fieldManagers // server-side apply (apply.go)
 
 	limits   Limits   // Options.Limits with defaults
 	inflight inflight // requests being served, by class
@@ -259,8 +261,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveAPIVersions(w, r)
 	case p == "/apis":
 		s.serveAPIGroups(w, r)
+	case p == "/openapi/v2":
+		s.serveOpenAPIV2(w, r)
 	case p == "/openapi/v3" || strings.HasPrefix(p, "/openapi/v3/"):
-		s.serveOpenAPIV3(w, r, strings.TrimPrefix(strings.TrimPrefix(p, "/openapi/v3"), "/"))
+		s.serveOpenAPIV3(w, r)
 	case strings.HasPrefix(p, "/api/"):
 		s.serveGroupPath(w, r, "", strings.Split(strings.TrimPrefix(p, "/api/"), "/"))
 	case strings.HasPrefix(p, "/apis/"):

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -163,7 +164,9 @@ func (s *session) info(d Document) (*resource.Info, error) {
 // applyInfo creates the object if it is absent and otherwise patches it
 // as kubectl's client-side apply does, then prints what it did.
 func applyInfo(info *resource.Info, fieldManager string, out io.Writer) error {
-	helper := resource.NewHelper(info.Client, info.Mapping).WithFieldManager(fieldManager)
+	// Strict, as kubectl's default --validate=strict: an unknown field is
+	// refused, not dropped with a warning (the server's default).
+	helper := resource.NewHelper(info.Client, info.Mapping).WithFieldManager(fieldManager).WithFieldValidation(metav1.FieldValidationStrict)
 	modified, err := kubectlutil.GetModifiedConfiguration(info.Object, true, unstructured.UnstructuredJSONScheme)
 	if err != nil {
 		return err

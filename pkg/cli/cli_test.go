@@ -910,3 +910,19 @@ func TestSameButStatus(t *testing.T) {
 		t.Error("a spec change counts as none")
 	}
 }
+
+// TestApplyRefusesUnknownFields: knbox apply validates strictly, as
+// kubectl's default does (the server alone would drop the field with a
+// warning), on create and on the patch of an existing object.
+func TestApplyRefusesUnknownFields(t *testing.T) {
+	t.Parallel()
+	env := apiservertest.Start(t, "")
+	bad := strings.Replace(ksvc("strict", "", "World", ""), "spec:\n", "spec:\n  bogus: 1\n", 1)
+	for _, step := range []string{"create", "patch"} {
+		_, errOut, err := run(t, nil, bad, "apply", "-f", "-", "--kubeconfig", env.Kubeconfig)
+		if err == nil || !strings.Contains(err.Error()+errOut, "bogus") {
+			t.Errorf("%s with an unknown field: err=%v %s", step, err, errOut)
+		}
+		knbox(t, env, ksvc("strict", "", "World", ""), "apply", "-f", "-")
+	}
+}

@@ -63,6 +63,7 @@ func TestDefaults(t *testing.T) {
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
+			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},
 	}
@@ -561,6 +562,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("configMaps:\n  config-domain:\n    a.b: |\n      selector:\n        x: y\n")
 	f.Add("egress:\n  enabled: true\n  subnet: 10.89.0.0/16\n  bridge: knbox0\n  nameservers: [192.0.2.53]\n")
 	f.Add("policy:\n  refuseRoot: true\n  seccompProfile: Unconfined\n  pidsLimit: -1\n  maskedPaths: []\n  addableCapabilities: [NET_RAW]\nruntimes:\n  process:\n    enabled: true\n")
+	f.Add("limits:\n  ephemeralStorage:\n    interval: 2s\n    defaultContainerLimit: 1Gi\n    maxFiles: 10\n    maxDepth: 4\n")
 	f.Add("limits:\n  api:\n    maxObjectBytes: 1Mi\n    requestTimeout: 30s\n    maxObjectBytesByResource:\n      configmaps: 512Ki\n  router:\n    readTimeout: 0s\n  images:\n    maxLayerBytes: 1Gi\n")
 	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
 	f.Add("serviceAccounts:\n  issuer: https://knbox.example\n  apiAudiences: [a, b]\n  maxTokenExpirationSeconds: 86400\n")
@@ -603,6 +605,8 @@ func FuzzLoad(f *testing.F) {
 			"api.requestTimeout": int64(l.API.RequestTimeout), "router.idleTimeout": int64(l.Router.IdleTimeout),
 			"store.eventLogBytes": int64(l.Store.EventLogBytes), "disk.reserveBytes": int64(l.Disk.ReserveBytes),
 			"images.maxImageBytes": int64(l.Images.MaxImageBytes), "images.maxLayers": int64(l.Images.MaxLayers),
+			"ephemeralStorage.interval": int64(l.EphemeralStorage.Interval), "ephemeralStorage.maxFiles": int64(l.EphemeralStorage.MaxFiles),
+			"ephemeralStorage.maxDepth": int64(l.EphemeralStorage.MaxDepth),
 			"observability.queueLength": int64(c.Observability.QueueLength),
 		} {
 			if v <= 0 {

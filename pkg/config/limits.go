@@ -23,6 +23,28 @@ type Limits struct {
 	Store  StoreLimits  `json:"store,omitempty"`
 	Disk   DiskLimits   `json:"disk,omitempty"`
 	Images ImageLimits  `json:"images,omitempty"`
+	// EphemeralStorage is the pods' local storage, measured and limited as
+	// the kubelet's eviction manager does (see package pod).
+	EphemeralStorage EphemeralStorageLimits `json:"ephemeralStorage,omitempty"`
+}
+
+// EphemeralStorageLimits bound what instances write on the data dir's
+// disk: their containers' writable layers and emptyDir volumes. An
+// instance over its containers' limits.ephemeral-storage or an emptyDir
+// over its sizeLimit is evicted (reason Evicted on the Revision).
+type EphemeralStorageLimits struct {
+	// Interval between two measures of an instance (the kubelet's
+	// housekeeping interval).
+	Interval Duration `json:"interval,omitempty"`
+	// DefaultContainerLimit is the limit of a container that sets no
+	// limits.ephemeral-storage; 0 (the default): none, as on Kubernetes.
+	// An operator running strangers' code sets one.
+	DefaultContainerLimit ByteSize `json:"defaultContainerLimit,omitempty"`
+	// MaxFiles and MaxDepth bound one measure's walk of an instance's
+	// storage; an instance that holds more (or deeper) is evicted, since
+	// its usage cannot be measured.
+	MaxFiles int `json:"maxFiles,omitempty"`
+	MaxDepth int `json:"maxDepth,omitempty"`
 }
 
 // ServerLimits bound an HTTP listener's connections.
@@ -149,6 +171,13 @@ const (
 	DefaultMaxManifestBytes = 4 << 20 // as the distribution registry's
 	DefaultPullBackoff      = 10 * time.Second
 	DefaultMaxPullBackoff   = 5 * time.Minute
+
+	DefaultEphemeralStorageInterval = 10 * time.Second // the kubelet's
+	DefaultEphemeralStorageMaxFiles = 500000
+	DefaultEphemeralStorageMaxDepth = 256
+	// MaxEphemeralStorageMaxDepth: a measure holds a directory open per
+	// level.
+	MaxEphemeralStorageMaxDepth = 4096
 )
 
 func (l *Limits) applyDefaults() {
@@ -182,6 +211,10 @@ func (l *Limits) applyDefaults() {
 	defBytes(&i.MaxManifestBytes, DefaultMaxManifestBytes)
 	defDuration(&i.PullBackoff, DefaultPullBackoff)
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
+	e := &l.EphemeralStorage
+	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
+	defInt(&e.MaxFiles, DefaultEphemeralStorageMaxFiles)
+	defInt(&e.MaxDepth, DefaultEphemeralStorageMaxDepth)
 }
 
 func defInt(v *int, d int) {
@@ -255,6 +288,16 @@ func (l *Limits) validate() error {
 	posDur("images.maxPullBackoff", i.MaxPullBackoff)
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
+	}
+	e := l.EphemeralStorage
+	posDur("ephemeralStorage.interval", e.Interval)
+	if e.DefaultContainerLimit < 0 {
+		errs = append(errs, fmt.Errorf("limits.ephemeralStorage.defaultContainerLimit: must not be negative (0: none), was %d", e.DefaultContainerLimit))
+	}
+	pos("ephemeralStorage.maxFiles", int64(e.MaxFiles))
+	pos("ephemeralStorage.maxDepth", int64(e.MaxDepth))
+	if e.MaxDepth > MaxEphemeralStorageMaxDepth {
+		errs = append(errs, fmt.Errorf("limits.ephemeralStorage.maxDepth: at most %d (a measure holds a directory open per level), was %d", MaxEphemeralStorageMaxDepth, e.MaxDepth))
 	}
 	if i.MaxImageBytes < i.MaxLayerBytes || i.MaxImageFiles < i.MaxLayerFiles {
 		errs = append(errs, errors.New("limits.images: an image's limits (maxImageBytes, maxImageFiles) must not be below a layer's"))

@@ -30,6 +30,9 @@ limits:
     maxLayerBytes: 1Gi
     maxImageFiles: 1000000
     pullBackoff: 1s
+  ephemeralStorage:
+    interval: 2s
+    defaultContainerLimit: 1Gi
 `)
 	l := c.Limits
 	if l.API.MaxConnections != 50 || l.API.MaxRequestsInFlight != 10 || l.API.MaxMutatingRequestsInFlight != DefaultMaxMutatingRequestsInFlight ||
@@ -49,6 +52,13 @@ limits:
 	if l.Images.MaxLayerBytes != 1<<30 || l.Images.MaxImageFiles != 1000000 || l.Images.PullBackoff.D() != time.Second ||
 		l.Images.MaxPullBackoff.D() != DefaultMaxPullBackoff {
 		t.Errorf("images: %+v", l.Images)
+	}
+	if e := l.EphemeralStorage; e.Interval.D() != 2*time.Second || e.DefaultContainerLimit != 1<<30 ||
+		e.MaxFiles != DefaultEphemeralStorageMaxFiles || e.MaxDepth != DefaultEphemeralStorageMaxDepth {
+		t.Errorf("ephemeralStorage: %+v", e)
+	}
+	if d := Default().Limits.EphemeralStorage; d.DefaultContainerLimit != 0 || d.Interval.D() != DefaultEphemeralStorageInterval {
+		t.Errorf("default ephemeralStorage: %+v, want no default container limit, interval 10s", d)
 	}
 }
 
@@ -70,6 +80,10 @@ func TestLimitsErrorsNameTheField(t *testing.T) {
 		{"limits:\n  images:\n    maxLayerBytes: 16Gi\n", "limits.images"},
 		{"limits:\n  images:\n    pullBackoff: 10m\n", "limits.images.maxPullBackoff"},
 		{"limits:\n  imges: {}\n", `unknown field "imges"`},
+		{"limits:\n  ephemeralStorage:\n    interval: -1s\n", "limits.ephemeralStorage.interval"},
+		{"limits:\n  ephemeralStorage:\n    defaultContainerLimit: -1Mi\n", "limits.ephemeralStorage.defaultContainerLimit"},
+		{"limits:\n  ephemeralStorage:\n    maxFiles: -3\n", "limits.ephemeralStorage.maxFiles"},
+		{"limits:\n  ephemeralStorage:\n    maxDepth: 100000\n", "limits.ephemeralStorage.maxDepth"},
 	} {
 		_, err := parse([]byte(tt.content))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -324,15 +324,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
 	pods, err := pod.New(pod.Options{
-		Images:      images,
-		Handlers:    handlers,
-		StateDir:    filepath.Join(cfg.DataDir, "instances", "instances"),
-		Egress:      egress,
-		Nameservers: nameservers,
-		Policy:      policy,
-		ShimCommand: []string{self, "shim"},
-		PullTimeout: dep.ProgressDeadline,
-		Logger:      log.With("component", "pod"),
+		Images:           images,
+		Handlers:         handlers,
+		StateDir:         filepath.Join(cfg.DataDir, "instances", "instances"),
+		Egress:           egress,
+		Nameservers:      nameservers,
+		Policy:           policy,
+		ShimCommand:      []string{self, "shim"},
+		PullTimeout:      dep.ProgressDeadline,
+		EphemeralStorage: ephemeralStorage(cfg),
+		Logger:           log.With("component", "pod"),
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/listen"
+	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/store"
 )
 
@@ -34,6 +35,17 @@ func storeOptions(cfg *config.Config) store.Options {
 		}
 	}
 	return o
+}
+
+// ephemeralStorage is the pod runtime's local storage limits.
+func ephemeralStorage(cfg *config.Config) pod.EphemeralStorage {
+	e := cfg.Limits.EphemeralStorage
+	return pod.EphemeralStorage{
+		Interval:     e.Interval.D(),
+		DefaultLimit: int64(e.DefaultContainerLimit),
+		MaxFiles:     e.MaxFiles,
+		MaxDepth:     e.MaxDepth,
+	}
 }
 
 func apiLimits(cfg *config.Config) apiserver.Limits {

@@ -34,8 +34,9 @@
 // Each pod has a directory StateDir/<id> holding pod.json (its spec without
 // secrets, written first, so that Recover knows what the pod was), the
 // serving container's bundle (config.json, overlay: rootfs, upper, work,
-// termination-log), the files bind-mounted into every container (hosts,
-// hostname, resolv.conf, the log.sock /dev/log socket), the volumes
+// termlog/termination-log on a 4096-byte tmpfs), the files bind-mounted
+// into every container (hosts, hostname, resolv.conf, the log.sock
+// /dev/log socket), the volumes
 // (volumes/<index>) and each sidecar's bundle (containers/<name>); and in
 // each bundle "pinned", where package safemount bind-mounts every host path
 // the container's spec names (volumes, subPaths, the files above, the
@@ -70,6 +71,10 @@
 // volumes: each name is a symlink through ..data, which is swapped
 // atomically by UpdateVolume, so a reader sees the old files or the new
 // ones. subPath mounts of them do not change.
+//
+// Pods' local storage (writable layers, emptyDirs) is measured and
+// limited as the kubelet's eviction manager does: a pod over its limits is
+// evicted (ReasonEvicted) and starts again afresh; see ephemeral.go.
 //
 // # Runtimes
 //

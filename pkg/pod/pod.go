@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/oci"
@@ -69,6 +72,7 @@ type pod struct {
 	dir     string
 	log     *slog.Logger
 	created time.Time
+	limits  storageLimits // local storage (ephemeral.go)
 
 	stopCh   chan struct{} // closed by requestStop
 	stopOnce sync.Once
@@ -136,6 +140,7 @@ func newPod(r *Runtime, spec Spec) *pod {
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		files:   map[string]map[string]File{},
+		limits:  newStorageLimits(&spec, r.storage.DefaultLimit),
 	}
 	for _, v := range spec.Volumes {
 		if !v.EmptyDir {
@@ -269,6 +274,9 @@ func (p *pod) run(ctx context.Context) {
 			st.LastFailure = f
 		})
 		p.teardownContainers()
+		if f.Reason == ReasonEvicted {
+			p.emptyVolumes() // as a new pod's
+		}
 		d := backoff(failures)
 		p.log.Info("restarting pod", "after", d, "restarts", failures)
 		p.rt.event(Event{Pod: p.spec.ID, Container: f.Container, Reason: EventBackOff, Warning: true,
@@ -446,6 +454,12 @@ func (p *pod) prepareVolumes() error {
 		if err := os.Chmod(vdir, mode); err != nil {
 			return fmt.Errorf("volume %s: %w", v.Name, err)
 		}
+		if v.EmptyDir && v.Medium == corev1.StorageMediumMemory {
+			// On the host, shared by the containers (see ephemeral.go).
+			if err := mountTmpfs(vdir, p.memoryVolumeSize(v), 0o1777); err != nil {
+				return fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+		}
 		if !v.EmptyDir {
 			p.mu.Lock()
 			files := p.files[v.Name]
@@ -534,13 +548,11 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 			return fmt.Errorf("start: %w", err)
 		}
 	}
-	// Each container has a termination log of its own, as on Kubernetes.
-	termLog := filepath.Join(c.dir, "termination-log")
-	if err := os.WriteFile(termLog, nil, 0o666); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	if err := os.Chmod(termLog, 0o666); err != nil { // past the umask
-		return fmt.Errorf("start: %w", err)
+	// Each container has a termination log of its own, as on Kubernetes,
+	// that cannot grow past what is read of it (see ephemeral.go).
+	termLog, err := c.makeTermLog()
+	if err != nil {
+		return fmt.Errorf("start: termination log: %w", err)
 	}
 	rootfs, err := p.rt.opts.Images.Mount(img, c.dir)
 	if err != nil {
@@ -648,7 +660,15 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 	}
 	pctx, pcancel := context.WithCancel(ctx)
 	restart := make(chan string, 1)
+	evict := make(chan *eviction, 1)
 	var pwg sync.WaitGroup
+	if p.limits.enforced() {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			p.watchStorage(pctx, evict)
+		}()
+	}
 	sc := &p.spec.Containers[p.spec.Serving]
 	if rp := sc.ReadinessProbe; rp != nil {
 		pwg.Add(1)
@@ -688,6 +708,18 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 		st := exs[p.spec.Serving].status
 		return &Failure{Reason: ReasonUnhealthy, Container: serving.name, ExitCode: st.Code, OOMKilled: st.OOMKilled,
 			Message: "liveness probe failed: " + why, At: time.Now()}, false
+	case ev := <-evict:
+		stopProbes()
+		f := ev.f
+		used := resource.NewQuantity(ev.used, resource.BinarySI).String()
+		p.log.Warn("evicted: killing the containers", "message", f.Message, "usedBytes", ev.used)
+		p.rt.event(Event{Pod: p.spec.ID, Container: f.Container, Reason: EventEvicted, Warning: true, Message: f.Message})
+		p.mon.log("knbox: evicted: " + f.Message + " (measured: " + used + ")")
+		p.terminate(ctx, exs, 0) // the kubelet's grace period for local storage
+		if ctx.Err() != nil {
+			return nil, true
+		}
+		return f, false
 	case <-p.stopCh:
 		stopProbes()
 		p.rt.event(Event{Pod: p.spec.ID, Reason: EventKilling, Message: "Stopping the pod's containers"})
@@ -735,7 +767,11 @@ func (p *pod) setReady(ready bool) {
 
 // terminationLog is what the container wrote to /dev/termination-log.
 func (c *ctr) terminationLog() string {
-	f, err := os.Open(filepath.Join(c.dir, "termination-log"))
+	f, err := os.Open(c.termLogPath())
+	if errors.Is(err, os.ErrNotExist) {
+		// A container adopted from a knbox before termlog/ (Recover).
+		f, err = os.Open(filepath.Join(c.dir, "termination-log"))
+	}
 	if err != nil {
 		return ""
 	}
@@ -996,6 +1032,11 @@ func (p *pod) cleanup() {
 	}
 	if p.leftBehind() || p.nsOf() != nil {
 		p.log.Warn("pod left state behind; Recover will remove it", "dir", p.dir)
+		return
+	}
+	// The tmpfs of Memory emptyDirs and termination logs.
+	if err := unmountUnder(p.dir); err != nil {
+		p.log.Warn("unmount the pod's file systems; Recover will retry", "err", err)
 		return
 	}
 	if err := os.RemoveAll(p.dir); err != nil {

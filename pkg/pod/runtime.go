@@ -54,6 +54,9 @@ type Options struct {
 	// DefaultPullTimeout); a pull cut by it is a failure like any other
 	// (ImagePullBackOff, retried).
 	PullTimeout time.Duration
+	// EphemeralStorage configures the measure and limits of the pods'
+	// local storage (see ephemeral.go); the zero value: the defaults.
+	EphemeralStorage EphemeralStorage
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
 	// Events receives kubelet-like events (see Event); nil: none.
@@ -65,7 +68,8 @@ type Options struct {
 const DefaultPullTimeout = 600 * time.Second
 
 // Event is something that happened to a pod, named as the kubelet names
-// its events (Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed).
+// its events (Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
+// Evicted).
 type Event struct {
 	Pod       string
 	Container string
@@ -83,6 +87,7 @@ const (
 	EventBackOff   = "BackOff"
 	EventUnhealthy = "Unhealthy"
 	EventFailed    = "Failed"
+	EventEvicted   = "Evicted"
 )
 
 // HandlerInfo describes a handler the Runtime has.
@@ -97,6 +102,7 @@ type Runtime struct {
 	log       *slog.Logger
 	memory    int64
 	netnsRoot string
+	storage   EphemeralStorage // with defaults
 
 	// ctx bounds every goroutine the Runtime starts; Close cancels it.
 	ctx    context.Context
@@ -141,6 +147,16 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if r.opts.PullTimeout <= 0 {
 		r.opts.PullTimeout = DefaultPullTimeout
+	}
+	r.storage = opts.EphemeralStorage
+	if r.storage.Interval <= 0 {
+		r.storage.Interval = DefaultEphemeralStorageInterval
+	}
+	if r.storage.MaxFiles <= 0 {
+		r.storage.MaxFiles = DefaultEphemeralStorageMaxFiles
+	}
+	if r.storage.MaxDepth <= 0 {
+		r.storage.MaxDepth = DefaultEphemeralStorageMaxDepth
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Spec is a pod to run, fully resolved: no reference in it needs an API to
@@ -61,6 +62,13 @@ type Spec struct {
 type Volume struct {
 	Name     string `json:"name"`
 	EmptyDir bool   `json:"emptyDir,omitempty"`
+	// Medium and SizeLimit are an emptyDir's (corev1.EmptyDirVolumeSource):
+	// a Memory emptyDir is a tmpfs of SizeLimit bytes (or the pod's memory
+	// limit, the smaller of the two when both are set); any other emptyDir
+	// is a directory on the data dir's disk, and the pod is evicted when it
+	// holds more than SizeLimit (see ephemeral.go). nil: no limit of its own.
+	Medium    corev1.StorageMedium `json:"medium,omitempty"`
+	SizeLimit *resource.Quantity   `json:"sizeLimit,omitempty"`
 	// Files are the volume's files by slash-separated relative path.
 	Files map[string]File `json:"-"`
 }
@@ -114,6 +122,11 @@ func (s *Spec) validate() error {
 			}
 		}
 	}
+	for i := range s.Containers {
+		if q, ok := s.Containers[i].Resources.Limits[corev1.ResourceEphemeralStorage]; ok && q.Sign() < 0 {
+			return &ConfigError{fmt.Errorf("container %q: resources.limits.ephemeral-storage: must not be negative, was %s", s.Containers[i].Name, q.String())}
+		}
+	}
 	sc := &s.Containers[s.Serving]
 	for _, p := range []struct {
 		what  string
@@ -130,6 +143,9 @@ func (s *Spec) validate() error {
 		}
 		vols[v.Name] = true
 		if err := checkFiles(v.Files); err != nil {
+			return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
+		}
+		if err := checkEmptyDir(v); err != nil {
 			return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
 		}
 	}

@@ -18,6 +18,9 @@ const (
 	// ReasonUnhealthy: the liveness probe failed and the containers were
 	// restarted.
 	ReasonUnhealthy = "Unhealthy"
+	// ReasonEvicted: the pod used more local storage than its limits
+	// (ephemeral.go); it was killed and starts again, as a new pod would.
+	ReasonEvicted = "Evicted"
 )
 
 // Status is what the runtime knows of a pod.

@@ -194,6 +194,28 @@ func TestCrashReportsExitCodeAndMessage(t *testing.T) {
 	}
 }
 
+// TestEvictionOnTheRevision: an instance evicted for its local storage (an
+// emptyDir over its sizeLimit) shows the kubelet's reason and message on
+// the revision.
+func TestEvictionOnTheRevision(t *testing.T) {
+	requireHandler(t, "runc")
+	ref := busyboxImage(t)
+	e := newEnv(t, []string{"runc"}, withPodOptions(func(o *pod.Options) {
+		o.EphemeralStorage.Interval = 100 * time.Millisecond
+	}))
+	limit := resource.MustParse("5Mi")
+	rev := newRev(t, "ns1", uniqueName("evict"), "runc", ref, shell("dd if=/dev/urandom of=/scratch/big bs=1M count=10; sleep 3600"),
+		func(r *servingv1.Revision) {
+			r.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}}
+			r.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+		})
+	e.resolveAndEnsure(rev)
+	st := e.waitState(rev, 60*time.Second, "failed", failed)
+	if want := `Usage of EmptyDir volume "scratch" exceeds the limit "5Mi".`; st.Reason != pod.ReasonEvicted || st.Message != want {
+		t.Errorf("state %+v, want reason Evicted, message %q", st, want)
+	}
+}
+
 // TestMissingSecret: a Secret that env names and that does not exist keeps
 // instances from being made, reported as CreateContainerConfigError naming
 // it; once it is created, the informer's event makes the instance at once.

@@ -25,7 +25,7 @@ func (m *Manager) volumes(ns, sa string, vols []corev1.Volume) ([]pod.Volume, ti
 	var refresh time.Time
 	for _, v := range vols {
 		if v.EmptyDir != nil {
-			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true})
+			out = append(out, pod.Volume{Name: v.Name, EmptyDir: true, Medium: v.EmptyDir.Medium, SizeLimit: v.EmptyDir.SizeLimit})
 			continue
 		}
 		files, at, err := m.volumeFiles(ns, sa, v)

@@ -172,6 +172,9 @@ func TestCgroupLimitsVisible(t *testing.T) {
 					done
 					for f in memory/memory.limit_in_bytes cpu/cpu.cfs_quota_us cpu/cpu.shares; do
 						if echo 1 2>/dev/null >/sys/fs/cgroup/$f; then echo "$f writable"; fi
+					done
+					for d in memory cpu pids; do
+						echo "$d children=$(ls -F /sys/fs/cgroup/$d/ | grep -c /)"
 					done`
 				// runsc names its sandbox's control socket after the id,
 				// host-wide: parallel subtests need ids of their own.
@@ -184,7 +187,10 @@ func TestCgroupLimitsVisible(t *testing.T) {
 				if st := wait(t, ctx, c); st.Code != 0 {
 					t.Fatalf("status %v, stderr %q", st, stderr.String())
 				}
-				want := "memory/memory.limit_in_bytes=67108864\ncpu/cpu.cfs_quota_us=50000\ncpu/cpu.cfs_period_us=100000\ncpu/cpu.shares=256\n"
+				// The container's own cgroup is the root of what it sees (a
+				// cgroup namespace): no other cgroup of the host shows.
+				want := "memory/memory.limit_in_bytes=67108864\ncpu/cpu.cfs_quota_us=50000\ncpu/cpu.cfs_period_us=100000\ncpu/cpu.shares=256\n" +
+					"memory children=0\ncpu children=0\npids children=0\n"
 				if got := stdout.String(); got != want {
 					t.Errorf("inside the container:\n%s\nwant:\n%s(stderr %q)", got, want, stderr.String())
 				}

@@ -103,6 +103,10 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		s.watchers[resource] = set
 	}
 	set[w] = struct{}{}
+	// Counted under mu, where Close cannot be between its check of closed
+	// and its Wait (Add racing with Wait is a data race, and Close could
+	// close the database under the snapshot).
+	s.wg.Add(1)
 	s.mu.Unlock()
 
 	// Outside mu, on the snapshot: events of this resource that lost their
@@ -111,13 +115,13 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		if rev, err := strippedMatch(tx, f, from, until); err != nil || rev > 0 {
 			_ = tx.Rollback()
 			s.unregister(w)
+			s.wg.Done()
 			if err == nil {
 				err = fmt.Errorf("watch %s from %d: the log no longer keeps the value of event %d: %w", resource, from, rev, ErrGone)
 			}
 			return nil, err
 		}
 	}
-	s.wg.Add(1)
 	go s.run(ctx, w, tx, initial, dbUntil, backlog)
 	return w.out, nil
 }

@@ -33,6 +33,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/image/imagetest"
 	"github.com/knbox/knbox/pkg/pki"
@@ -55,6 +58,10 @@ const hostileConfig = `limits:
     maxImageBytes: 96Mi
     maxLayerFiles: 5000
     maxImageFiles: 8000
+  ephemeralStorage:
+    interval: 1s
+    defaultContainerLimit: 32Mi
+    maxFiles: 20000
 `
 
 // procStatus reads a field of /proc/PID/status, in KiB.
@@ -373,6 +380,61 @@ func TestHostileInputs(t *testing.T) {
 		if grown > 512<<10 {
 			t.Errorf("RSS grew by %d MiB over %d updates of 900 KiB", grown>>10, updates)
 		}
+	})
+
+	t.Run("containers", func(t *testing.T) {
+		// Containers that write to the data dir's disk: each is evicted (or
+		// its write fails) with the reason on the Revision. They end on
+		// SIGTERM so that knbox serve stops them within the harness's 10s.
+		reg := imagetest.StartRegistry(t)
+		ref := imagetest.PushImage(t, reg, "hostile/sh:1", image.Config{}, imagetest.BusyboxFiles(t))
+		sizeLimit := resource.MustParse("8Mi")
+		scratch := corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &sizeLimit}}}
+		start := diskUsage(srv.dir)
+		var peak int64 // of the data dir while these run
+		csample := func() {
+			sample()
+			peak = max(peak, diskUsage(srv.dir))
+		}
+		sh := func(script string) []string { return []string{"/bin/sh", "-c", "trap 'exit 0' TERM; " + script} }
+		ctrs := []struct {
+			name string
+			c    corev1.Container
+			vols []corev1.Volume
+			want string
+		}{
+			{"fill-layer", corev1.Container{Command: sh("dd if=/dev/zero of=/big bs=1M count=128; sleep 3600 & wait")}, nil,
+				"Pod ephemeral local storage usage exceeds the total limit of containers 32Mi."},
+			{"fill-emptydir", corev1.Container{Command: sh("dd if=/dev/zero of=/scratch/big bs=1M count=64; sleep 3600 & wait"),
+				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}, []corev1.Volume{scratch},
+				`Usage of EmptyDir volume "scratch" exceeds the limit "8Mi".`},
+			{"inode-bomb", corev1.Container{Command: sh("mkdir /m && cd /m && i=0; while [ $i -lt 25000 ]; do : > f$i; i=$((i+1)); done; sleep 3600 & wait")}, nil,
+				"holds more than 20000 files"},
+			{"fill-termination-log", corev1.Container{Command: sh("dd if=/dev/zero of=/dev/termination-log bs=1M count=100; echo \"dd $?\" > /dev/termination-log; exit 3")}, nil,
+				"Container failed with: dd 1"},
+		}
+		for _, c := range ctrs {
+			c.c.Image = ref
+			k.must(contractManifest(t, contractService(c.name, "runc", c.c, c.vols...)), "apply", "-f", "-")
+		}
+		for _, c := range ctrs {
+			cases++
+			svc := c.name + "-runc"
+			deadline := time.Now().Add(2 * time.Minute)
+			for msgs := revisionMessages(t, k, svc); !strings.Contains(msgs, c.want); msgs = revisionMessages(t, k, svc) {
+				if time.Now().After(deadline) {
+					t.Errorf("%s: the Revision does not say %q:\n%s", c.name, c.want, msgs)
+					break
+				}
+				csample()
+				time.Sleep(250 * time.Millisecond)
+			}
+			csample()
+		}
+		for _, c := range ctrs {
+			k.must("", "delete", "ksvc", c.name+"-runc")
+		}
+		t.Logf("%d containers writing 128 MiB, 64 MiB, 25000 files and 100 MiB past their limits (32Mi, 8Mi, 20000 files, 4 KiB): the data dir went from %d MiB to a peak of %d MiB", len(ctrs), start>>20, peak>>20)
 	})
 
 	t.Run("still serving", func(t *testing.T) {
