@@ -365,6 +365,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// ledger admission checks new Revisions against.
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		ExecProbes:          cfg.Policy.AllowExecProbes,
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
 	})

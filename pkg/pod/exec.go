@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 
 	"github.com/knbox/knbox/pkg/runtime"
 )
@@ -53,4 +54,38 @@ func (r *Runtime) DialPort(ctx context.Context, id string, port int32) (net.Conn
 		return nil, fmt.Errorf("pod %s does not exist", id)
 	}
 	return p.dial(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+}
+
+// execProbe runs an exec probe's command in the serving container (its id
+// is the pod's), keeping the start of its output for the failure message.
+func (p *pod) execProbe(ctx context.Context, cmd []string) (int, string, error) {
+	ex, ok := p.h.(runtime.Execer)
+	if !ok || !p.spec.ExecProbes {
+		return -1, "", fmt.Errorf("%w: handler %s", ErrNoExec, p.h.Name())
+	}
+	out := &boundedBuffer{max: maxProbeBody}
+	code, err := ex.Exec(ctx, p.spec.ID, runtime.ExecProcess{Args: cmd, Stdout: out, Stderr: out})
+	return code, out.String(), err
+}
+
+// boundedBuffer keeps the first max bytes written to it.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.max - len(b.b); n > 0 {
+		b.b = append(b.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
 }

@@ -183,7 +183,7 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		instances: map[string]*instance{},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
-	r.spec, r.static = runSpecFor(r.rev)
+	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
 	// its deployment probe: it runs what the autoscaler says.
@@ -235,7 +235,7 @@ func (r *revision) claim(sts []pod.Status) (claimed []string, stale []pod.Status
 // probes are used: sidecars' probes matter to Knative only under the
 // multi-container-probing feature (off by default, and Knative's
 // validation then allows none), so they are dropped.
-func runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
+func runSpecFor(rev *servingv1.Revision, execProbes bool) (runSpec, *failure) {
 	s := runSpec{port: 8080, timeout: defaultTimeout}
 	for i := range rev.Spec.Containers {
 		c := *rev.Spec.Containers[i].DeepCopy()
@@ -280,7 +280,11 @@ func runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
 		what  string
 		probe *corev1.Probe
 	}{{"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}, {"startupProbe", c.StartupProbe}} {
-		if err := pod.CheckProbe(p.what, p.probe); err != nil {
+		check := pod.CheckProbe
+		if execProbes {
+			check = pod.CheckProbeExec
+		}
+		if err := check(p.what, p.probe); err != nil {
 			return s, &failure{kind: failStatic, reason: ReasonUnsupportedProbe, message: err.Error()}
 		}
 	}
@@ -347,6 +351,7 @@ func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh tim
 		H2C:         s.h2c,
 		GracePeriod: s.timeout,
 		PullSecrets: m.pullSecrets(rev),
+		ExecProbes:  m.opts.ExecProbes,
 	}
 	if spec.LogPath, err = m.opts.Logs.Path(r.key.namespace, r.key.name, id); err != nil {
 		return pod.Spec{}, refresh, err

@@ -214,3 +214,39 @@ func TestKubectlExecPortForward(t *testing.T) {
 		})
 	}
 }
+
+// TestExecProbesOperatorSwitch: with policy.allowExecProbes an exec
+// readiness probe is admitted and runs in the container (runc and runsc):
+// the Revision is ready only once the command succeeds, and an exec
+// liveness probe that fails restarts the container. (Refused by default:
+// TestRuntimeContract's checkExecProbeRefused.)
+func TestExecProbesOperatorSwitch(t *testing.T) {
+	cfg := ctConfigFile(t, "policy:\n  allowExecProbes: true\n")
+	e := newContractEnv(t, "--config", cfg)
+	for _, rc := range contractRuntimeClasses {
+		c := corev1.Container{Image: e.toolRef,
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test -x /app"}}}},
+			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -e /tmp/sick"}}},
+				PeriodSeconds: 1, FailureThreshold: 1},
+		}
+		svc := contractService("xprobe", rc, c)
+		svc.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
+		e.apply(t, svc)
+	}
+	for _, rc := range contractRuntimeClasses {
+		t.Run(rc, func(t *testing.T) {
+			name := "xprobe-" + rc
+			e.waitReady(t, name)
+			sel := "serving.knative.dev/service=" + name
+			out := awaitOutput(t, "a ready pod", time.Minute, func() string {
+				out, _ := e.kubectlRun(t, "", "get", "pods", "-l", sel, "--no-headers")
+				return out
+			}, func(s string) bool { f := strings.Fields(s); return len(f) >= 3 && f[1] == "1/1" })
+			pod := strings.Fields(out)[0]
+			e.kubectl(t, "", "exec", pod, "--", "sh", "-c", ": > /tmp/sick")
+			awaitOutput(t, "a restart by the exec liveness probe", 2*time.Minute, func() string {
+				return e.kubectl(t, "", "get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[0].restartCount}")
+			}, func(s string) bool { n, _ := strconv.Atoi(s); return n >= 1 })
+		})
+	}
+}
