@@ -2,14 +2,17 @@ package apiserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -275,5 +278,75 @@ func TestPodLogs(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the follow did not end with the pod")
+	}
+}
+
+// TestPodSubresourcesAuthorized: pods/log, pods/exec and
+// pods/portforward are authorized as their own subresources: reading Pods
+// grants none of them, RBAC's edit role grants them, and a WebSocket exec
+// (a GET) needs create as well.
+func TestPodSubresourcesAuthorized(t *testing.T) {
+	e := newAuthEnv(t, func(o *apiserver.Options) {
+		o.PodLogs = func(ctx context.Context, w io.Writer, p *corev1.Pod, opts apiserver.PodLogOptions) error {
+			_, err := io.WriteString(w, "a line\n")
+			return err
+		}
+		o.Exec = func(ctx context.Context, p *corev1.Pod, c string, cmd []string, in io.Reader, out, errw io.Writer) (int, error) {
+			return 0, nil
+		}
+		o.PortForward = func(ctx context.Context, p *corev1.Pod, port int32) (net.Conn, error) {
+			return nil, errors.New("no")
+		}
+	})
+	src := newFakePods()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.api.Server.RunPods(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p := instancePod("web-00001-abcdefgh", "web", true)
+	p.Namespace = "team-a"
+	src.set(p)
+	poll(t, "the pod", func() bool {
+		_, err := e.admin.CoreV1().Pods("team-a").Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil
+	})
+	for _, r := range []*rbacv1.Role{
+		{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "exec-get"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "pods/exec"}, Verbs: []string{"get"}}}},
+	} {
+		if _, err := e.admin.RbacV1().Roles("team-a").Create(ctx, r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for user, role := range map[string]string{"carol": "pod-reader", "bob": "exec-get"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}, RoleRef: rbacv1.RoleRef{Kind: "Role", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}
+		if _, err := e.admin.RbacV1().RoleBindings("team-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "/api/v1/namespaces/team-a/pods/" + p.Name
+	exec := base + "/exec?command=ls&stdout=true"
+	for _, tc := range []struct {
+		token, method, path string
+		forbidden           bool
+	}{
+		{carolToken, "GET", base, false},
+		{carolToken, "GET", base + "/log", true},
+		{carolToken, "POST", exec, true},
+		{carolToken, "POST", base + "/portforward", true},
+		{carolToken, "DELETE", base, true},
+		{aliceToken, "GET", base + "/log", false},
+		{aliceToken, "POST", exec, false},
+		{aliceToken, "POST", base + "/portforward", false},
+		{bobToken, "GET", exec, true}, // a WebSocket exec needs create too
+	} {
+		poll(t, "RBAC", func() bool {
+			code, _ := e.do(tc.token, tc.method, tc.path, "")
+			return (code == 403) == tc.forbidden
+		})
+	}
+	if code, body := e.do(aliceToken, "GET", base+"/log", ""); code != 200 || string(body) != "a line\n" {
+		t.Errorf("log as alice: %d %s", code, body)
 	}
 }
