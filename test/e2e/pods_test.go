@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,10 @@ func TestKubectlPods(t *testing.T) {
 	}
 	if uid := jp("{.metadata.labels.serving\\.knative\\.dev/revisionUID}"); uid == "" || uid != e.kubectl(t, "", "get", "rev", name+"-00001", "-o", "jsonpath={.metadata.uid}") {
 		t.Errorf("revisionUID label %q, want the Revision's UID", uid)
+	}
+
+	if d := e.kubectl(t, "", "describe", "pod", pod); !strings.Contains(d, "user-container") || !regexp.MustCompile(`Controlled By:\s+Revision/`+name+`-00001`).MatchString(d) {
+		t.Errorf("describe pod:\n%s", d)
 	}
 
 	// logs -l -c -f: a line the container prints arrives.
