@@ -122,6 +122,16 @@ func TestKubectlPods(t *testing.T) {
 		t.Errorf("describe pod:\n%s", d)
 	}
 
+	if d := e.kubectl(t, "", "describe", "ksvc", name); !strings.Contains(d, "Ready") || !strings.Contains(d, name+"-00001") {
+		t.Errorf("describe ksvc:\n%s", d)
+	}
+	if wide := e.kubectl(t, "", "get", "pods", "-l", sel, "-o", "wide"); !strings.Contains(wide, "knbox") || !strings.Contains(wide, "NODE") {
+		t.Errorf("get pods -o wide:\n%s", wide)
+	}
+	watch, stopWatch := e.startKubectl(t, "get", "pods", "-l", sel, "-w")
+	awaitOutput(t, "the pod in get pods -w", time.Minute, watch.String, func(s string) bool { return strings.Contains(s, pod) })
+	stopWatch()
+
 	// logs -l -c -f: a line the container prints arrives.
 	logs, stopLogs := e.startKubectl(t, "logs", "-l", sel, "-c", "user-container", "-f")
 	// kubectl connects after listing the pods: print until a line arrives.
