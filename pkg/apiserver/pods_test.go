@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -349,4 +350,44 @@ func TestPodSubresourcesAuthorized(t *testing.T) {
 	if code, body := e.do(aliceToken, "GET", base+"/log", ""); code != 200 || string(body) != "a line\n" {
 		t.Errorf("log as alice: %d %s", code, body)
 	}
+}
+
+// TestTokenBoundToPod: a TokenRequest may bind a token to a served Pod
+// (kubectl create token --bound-object-kind Pod); the token stops working
+// once the Pod is gone.
+func TestTokenBoundToPod(t *testing.T) {
+	e := newAuthEnv(t, nil)
+	src := newFakePods()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.api.Server.RunPods(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p := instancePod("web-00001-abcdefgh", "web", true)
+	p.Namespace = "team-a"
+	src.set(p)
+	var stored *corev1.Pod
+	poll(t, "the pod", func() bool {
+		var err error
+		stored, err = e.admin.CoreV1().Pods("team-a").Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil
+	})
+	tr, err := e.admin.CoreV1().ServiceAccounts("team-a").CreateToken(ctx, "default", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: stored.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.do(tr.Status.Token, "GET", "/apis", ""); code != 200 {
+		t.Fatalf("pod-bound token: %d %s", code, body)
+	}
+	if _, err := e.admin.CoreV1().ServiceAccounts("team-a").CreateToken(ctx, "default", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: "nope"}},
+	}, metav1.CreateOptions{}); err == nil {
+		t.Error("a token bound to no pod")
+	}
+	src.remove("team-a", p.Name)
+	poll(t, "the token refused once the pod is gone", func() bool {
+		code, _ := e.do(tr.Status.Token, "GET", "/apis", "")
+		return code == 401
+	})
 }

@@ -84,7 +84,7 @@ type Options struct {
 	// serviceaccount.DefaultMaxTokenExpiration.
 	MaxTokenExpiration time.Duration
 	// PodUID returns the UID of the Pod (instance) namespace/name, for
-	// tokens bound to one; nil: tokens cannot be bound to Pods.
+	// tokens bound to one; nil: the Pods the API serves (RunPods).
 	PodUID func(namespace, name string) (types.UID, error)
 	// Metrics, if not nil, serves /metrics, authorized as kube-apiserver
 	// authorizes it (RBAC: get on the non-resource URL /metrics, which the
