@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -201,6 +202,20 @@ func TestKubectlExecPortForward(t *testing.T) {
 			if got := e.kubectl(t, "", "exec", pod, "--", "sh", "-c", "echo $K_SERVICE; echo to-stderr >&2"); !strings.Contains(got, name) || !strings.Contains(got, "to-stderr") {
 				t.Errorf("exec: %q, want K_SERVICE and stderr", got)
 			}
+			// kubectl 1.30+ tries WebSocket (v5.channel.k8s.io, which the
+			// v0.29 streaming code does not speak) and falls back to SPDY,
+			// as against a 1.29 cluster. The kubectl CI installs is 1.29;
+			// where a newer one lies beside it (gcloud's dispatcher), it
+			// runs too.
+			if newer := newerKubectl(e.k.bin); newer != "" {
+				got, err := run(t, e.k.env, "in\n", newer, "exec", "-i", pod, "--", "sh", "-c", "cat; exit 4")
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 4 || !strings.Contains(got, "in") {
+					t.Errorf("%s exec: %v %q, want its output and exit code 4", newer, err, got)
+				}
+			} else {
+				t.Log("no kubectl 1.32 beside kubectl: only it runs")
+			}
 			if got := e.kubectl(t, "hello from stdin\n", "exec", "-i", pod, "-c", "user-container", "--", "cat"); got != "hello from stdin\n" {
 				t.Errorf("exec -i cat: %q", got)
 			}
@@ -264,4 +279,18 @@ func TestExecProbesOperatorSwitch(t *testing.T) {
 			}, func(s string) bool { n, _ := strconv.Atoi(s); return n >= 1 })
 		})
 	}
+}
+
+// newerKubectl is kubectl.1.32 in the directory of kubectl (resolved), if
+// there is one.
+func newerKubectl(bin string) string {
+	p, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return ""
+	}
+	n := filepath.Join(filepath.Dir(p), "kubectl.1.32")
+	if _, err := os.Stat(n); err != nil {
+		return ""
+	}
+	return n
 }
