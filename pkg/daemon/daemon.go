@@ -224,14 +224,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			rctx, stop := context.WithCancel(rctx)
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
-			return rt.Exec(rctx, p.Name, container, runtime.ExecProcess{Args: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+			return rt.Exec(rctx, p.Annotations[replicas.AnnotationInstance], container, runtime.ExecProcess{Args: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 		},
 		PortForward: func(rctx context.Context, p *corev1.Pod, port int32) (net.Conn, error) {
 			rt := podRuntime.Load()
 			if rt == nil {
 				return nil, errors.New("the pod runtime is starting")
 			}
-			return rt.DialPort(rctx, p.Name, port)
+			return rt.DialPort(rctx, p.Annotations[replicas.AnnotationInstance], port)
 		},
 		PodLogs: func(rctx context.Context, w io.Writer, p *corev1.Pod, o apiserver.PodLogOptions) error {
 			rctx, stop := context.WithCancel(rctx)
@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			if o.TailLines != nil {
 				co.Tail, co.HasTail = int(min(*o.TailLines, maxTailLines)), true
 			}
-			err := logStore.CopyInstance(rctx, p.Namespace, p.Labels[replicas.LabelRevision], p.Name, co, w)
+			err := logStore.CopyInstance(rctx, p.Namespace, p.Labels[replicas.LabelRevision], p.Annotations[replicas.AnnotationInstance], co, w)
 			if errors.Is(err, logs.ErrNoPreviousRun) {
 				return apiserver.ErrNoPreviousContainer
 			}

@@ -3,6 +3,7 @@ package replicas
 import (
 	"errors"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,9 @@ import (
 // labels (serving.knative.dev/service, configuration, ...).
 const (
 	LabelApp = "app"
+	// AnnotationInstance names the instance a Pod shows (the pod
+	// runtime's id, for logs, exec and port-forward).
+	AnnotationInstance = "knbox.dev/instance"
 	// NodeName is the spec.nodeName of every instance: the one machine.
 	NodeName = "knbox"
 )
@@ -42,16 +46,19 @@ func (m *Manager) Pods() []*corev1.Pod {
 	return out
 }
 
+// PodName is the name of an instance's Pod: as Knative's pods are named
+// after their Deployment ("<revision>-deployment-..."), with the
+// instance's random suffix. (The instance's id is a DNS label, at most 63
+// characters, so it cannot be the Pod's name.)
+func PodName(revision, instance string) string {
+	suffix := instance[strings.LastIndexByte(instance, '-')+1:]
+	return revision + "-deployment-" + suffix
+}
+
 // Pod returns one instance as a Pod; false when it does not run (any
 // more).
 func (m *Manager) Pod(namespace, name string) (*corev1.Pod, bool) {
-	r := m.instanceRevision(namespace, name)
-	if r == nil {
-		return nil, false
-	}
-	r.mu.Lock()
-	in := r.instances[name]
-	r.mu.Unlock()
+	r, in := m.podInstance(namespace, name)
 	if in == nil {
 		return nil, false
 	}
@@ -64,16 +71,11 @@ func (m *Manager) Pod(namespace, name string) (*corev1.Pod, bool) {
 // it, as a ReplicaSet replaces a deleted pod. ErrNoInstance when no such
 // instance runs.
 func (m *Manager) DeletePod(namespace, name string) error {
-	r := m.instanceRevision(namespace, name)
-	if r == nil {
+	r, in := m.podInstance(namespace, name)
+	if in == nil {
 		return ErrNoInstance
 	}
 	r.mu.Lock()
-	in := r.instances[name]
-	if in == nil {
-		r.mu.Unlock()
-		return ErrNoInstance
-	}
 	if in.stopping {
 		r.mu.Unlock()
 		return nil
@@ -82,7 +84,7 @@ func (m *Manager) DeletePod(namespace, name string) error {
 	in.ready = false
 	r.wg.Add(1)
 	r.mu.Unlock()
-	r.log.Info("instance deleted through the API", "instance", name)
+	r.log.Info("instance deleted through the API", "instance", in.id)
 	go func() {
 		defer r.wg.Done()
 		r.stop(in)
@@ -109,22 +111,24 @@ func (m *Manager) notifyPod(namespace, name string) {
 	}
 }
 
-// instanceRevision finds the revision of namespace's instance name.
-func (m *Manager) instanceRevision(namespace, name string) *revision {
+// podInstance finds the instance whose Pod is namespace/name.
+func (m *Manager) podInstance(namespace, name string) (*revision, *instance) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, r := range m.revs {
-		if k.namespace != namespace {
+		if k.namespace != namespace || !strings.HasPrefix(name, k.name+"-deployment-") {
 			continue
 		}
 		r.mu.Lock()
-		_, ok := r.instances[name]
-		r.mu.Unlock()
-		if ok {
-			return r
+		for id, in := range r.instances {
+			if PodName(k.name, id) == name {
+				r.mu.Unlock()
+				return r, in
+			}
 		}
+		r.mu.Unlock()
 	}
-	return nil
+	return nil, nil
 }
 
 // pods returns the revision's instances as Pods.
@@ -153,14 +157,13 @@ func (r *revision) podOf(in *instance) *corev1.Pod {
 	r.mu.Unlock()
 
 	p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
-	p.Name, p.Namespace = in.id, r.key.namespace
+	p.Name, p.Namespace = PodName(r.key.name, in.id), r.key.namespace
 	p.Labels = podLabels(rev)
-	if len(rev.Annotations) > 0 {
-		p.Annotations = make(map[string]string, len(rev.Annotations))
-		for k, v := range rev.Annotations {
-			p.Annotations[k] = v
-		}
+	p.Annotations = make(map[string]string, len(rev.Annotations)+1)
+	for k, v := range rev.Annotations {
+		p.Annotations[k] = v
 	}
+	p.Annotations[AnnotationInstance] = in.id
 	p.CreationTimestamp = metav1.NewTime(born.Truncate(time.Second))
 	p.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: servingv1.SchemeGroupVersion.String(), Kind: "Revision", Name: rev.Name, UID: rev.UID,

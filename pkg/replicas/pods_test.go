@@ -1,6 +1,7 @@
 package replicas
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +51,10 @@ func TestPodsMirrorInstances(t *testing.T) {
 		if got := p.Labels[k]; got != want {
 			t.Errorf("label %s = %q, want %q", k, got, want)
 		}
+	}
+	if want := name + "-deployment-"; !strings.HasPrefix(p.Name, want) || p.Annotations[AnnotationInstance] == "" ||
+		PodName(name, p.Annotations[AnnotationInstance]) != p.Name {
+		t.Errorf("pod %s (instance %q), want %s... as Knative names its pods", p.Name, p.Annotations[AnnotationInstance], want)
 	}
 	if p.Namespace != "ns1" || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].Kind != "Revision" ||
 		p.OwnerReferences[0].UID != rev.UID || p.OwnerReferences[0].Name != name {

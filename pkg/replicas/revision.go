@@ -952,7 +952,7 @@ func (r *revision) newInstanceIDLocked() string {
 // podChanged takes a pod's status into the instance: readiness, pulling,
 // and a failure the revision has not seen yet.
 func (r *revision) podChanged(id string) {
-	defer r.m.notifyPod(r.key.namespace, id)
+	defer r.m.notifyPod(r.key.namespace, PodName(r.key.name, id))
 	st, ok := r.m.opts.Pods.Status(id)
 	r.mu.Lock()
 	in := r.instances[id]
@@ -1050,7 +1050,7 @@ func (r *revision) instanceEnded(in *instance) {
 		release()
 	}
 	r.m.untrackPod(in.id)
-	r.m.notifyPod(r.key.namespace, in.id)
+	r.m.notifyPod(r.key.namespace, PodName(r.key.name, in.id))
 	if err := r.m.opts.Logs.Prune(r.key.namespace, r.key.name, live, keptStoppedLogs); err != nil {
 		r.log.Warn("prune logs", "err", err)
 	}

@@ -95,8 +95,8 @@ func TestKubectlPods(t *testing.T) {
 		return len(f) >= 3 && f[1] == "1/1" && f[2] == "Running"
 	})
 	pod := strings.Fields(out)[0]
-	if !strings.HasPrefix(pod, name+"-00001-") {
-		t.Errorf("pod name %q, want the revision's name and a suffix", pod)
+	if !strings.HasPrefix(pod, name+"-00001-deployment-") {
+		t.Errorf("pod name %q, want <revision>-deployment-<suffix> as Knative's", pod)
 	}
 	jp := func(path string) string {
 		return e.kubectl(t, "", "get", "pod", pod, "-o", "jsonpath="+path)
