@@ -40,6 +40,10 @@ type Limits struct {
 	// RequestTimeout bounds the time to read the body of a request that is
 	// not long-running (DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// StreamIdleTimeout closes an exec or port-forward session idle this
+	// long (DefaultStreamIdleTimeout); StreamCreationTimeout bounds the
+	// time to open its streams (DefaultStreamCreationTimeout).
+	StreamIdleTimeout, StreamCreationTimeout time.Duration
 	// ExemptGroups are never limited (nil: system:masters, as in
 	// Kubernetes).
 	ExemptGroups []string
@@ -51,6 +55,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 200 // --max-mutating-requests-inflight
 	DefaultMaxLongRunningRequests      = 1000
 	DefaultRequestTimeout              = 60 * time.Second // --request-timeout
+	DefaultStreamIdleTimeout           = 4 * time.Hour    // the kubelet's
+	DefaultStreamCreationTimeout       = 30 * time.Second // the kubelet's
 )
 
 func (l Limits) withDefaults() Limits {
@@ -64,6 +70,12 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxLongRunningRequests, DefaultMaxLongRunningRequests)
 	if l.RequestTimeout == 0 {
 		l.RequestTimeout = DefaultRequestTimeout
+	}
+	if l.StreamIdleTimeout == 0 {
+		l.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if l.StreamCreationTimeout == 0 {
+		l.StreamCreationTimeout = DefaultStreamCreationTimeout
 	}
 	if l.ExemptGroups == nil {
 		l.ExemptGroups = []string{"system:masters"}

@@ -24,14 +24,9 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// Streaming timeouts, the kubelet's defaults: a stream idle this long is
-// closed; the client has this long to open its streams.
-const (
-	streamIdleTimeout     = 4 * time.Hour
-	streamCreationTimeout = 30 * time.Second
-)
-
-// Bounds of pods/exec's command.
+// Bounds of pods/exec's command and port-forward's ports: sanity checks of
+// kube-apiserver's kind (the query is bounded already by the listener's
+// header size limit, which it is part of).
 const (
 	maxExecArgs      = 4096
 	maxExecArgsBytes = 256 << 10
@@ -148,7 +143,7 @@ func (s *Server) handlePodExec(w http.ResponseWriter, r *http.Request, req reque
 	r2.URL.RawQuery = kq.Encode()
 	opts := &kuberemotecommand.Options{Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}
 	kuberemotecommand.ServeExec(streamWriter{w}, r2, podExecutor{s: s, pod: p}, p.Name, p.UID, o.Container, o.Command, opts,
-		streamIdleTimeout, streamCreationTimeout, remotecommandconsts.SupportedStreamingProtocols)
+		s.limits.StreamIdleTimeout, s.limits.StreamCreationTimeout, remotecommandconsts.SupportedStreamingProtocols)
 	return nil
 }
 
@@ -170,7 +165,7 @@ func (s *Server) handlePodPortForward(w http.ResponseWriter, r *http.Request, re
 		return apierrors.NewBadRequest(err.Error())
 	}
 	portforward.ServePortForward(streamWriter{w}, r, podForwarder{s: s, pod: p}, p.Name, p.UID, opts,
-		streamIdleTimeout, streamCreationTimeout, portforward.SupportedProtocols)
+		s.limits.StreamIdleTimeout, s.limits.StreamCreationTimeout, portforward.SupportedProtocols)
 	return nil
 }
 

@@ -55,6 +55,8 @@ func apiLimits(cfg *config.Config) apiserver.Limits {
 		MaxMutatingRequestsInFlight: a.MaxMutatingRequestsInFlight,
 		MaxLongRunningRequests:      a.MaxLongRunningRequests,
 		RequestTimeout:              a.RequestTimeout.D(),
+		StreamIdleTimeout:           a.StreamIdleTimeout.D(),
+		StreamCreationTimeout:       a.StreamCreationTimeout.D(),
 		// knbox's own controllers, as system:masters, are never turned away.
 		ExemptGroups: []string{"system:masters", authz.InternalGroup},
 	}
