@@ -228,6 +228,7 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 		}
 		want.UID = uuid.NewUUID()
 		want.Finalizers = []string{PodFinalizer}
+		want.DeletionTimestamp, want.DeletionGracePeriodSeconds = nil, nil
 		_, err := s.store.Create(s.key(k, ns, name), func(rev int64) ([]byte, error) {
 			want.ResourceVersion = strconv.FormatInt(rev, 10)
 			return encodeStored(k, want)
@@ -242,7 +243,7 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 		return err
 	}
 	cur := obj.(*corev1.Pod)
-	if cur.DeletionTimestamp != nil {
+	if cur.DeletionTimestamp != nil && !(want.DeletionTimestamp != nil && cur.DeletionTimestamp.Equal(want.DeletionTimestamp)) {
 		if err := s.pods.DeletePod(ns, name); err != nil {
 			return fmt.Errorf("stop instance: %w", err)
 		}
@@ -252,7 +253,11 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 	}
 	want.ObjectMeta.UID = cur.UID
 	want.CreationTimestamp = cur.CreationTimestamp
-	want.DeletionTimestamp, want.DeletionGracePeriodSeconds = cur.DeletionTimestamp, cur.DeletionGracePeriodSeconds
+	if cur.DeletionTimestamp != nil || want.DeletionTimestamp == nil {
+		// A delete through the API is kept; else the instance says it
+		// stops (a scale-down).
+		want.DeletionTimestamp, want.DeletionGracePeriodSeconds = cur.DeletionTimestamp, cur.DeletionGracePeriodSeconds
+	}
 	want.Finalizers = cur.Finalizers
 	want.ResourceVersion = cur.ResourceVersion
 	want.Generation = cur.Generation
@@ -261,7 +266,7 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 	if equality.Semantic.DeepEqual(want, cur) {
 		return nil
 	}
-	_, err = s.storeUpdate(s.key(k, ns, name), entry.Revision, cur.DeletionTimestamp != nil, func(rev int64) ([]byte, error) {
+	_, err = s.storeUpdate(s.key(k, ns, name), entry.Revision, want.DeletionTimestamp != nil, func(rev int64) ([]byte, error) {
 		want.ResourceVersion = strconv.FormatInt(rev, 10)
 		return encodeStored(k, want)
 	})

@@ -194,6 +194,25 @@ func TestPodsMirror(t *testing.T) {
 	if _, err := pods.Get(ctx, "other-00001-abcdefgh", metav1.GetOptions{}); err != nil {
 		t.Errorf("the other pod: %v", err)
 	}
+
+	// An instance that stops by itself (a scale-down) shows Terminating;
+	// the mirror does not stop it again.
+	other := instancePod("other-00001-abcdefgh", "other", true)
+	now := metav1.Now()
+	other.DeletionTimestamp = &now
+	src.set(other)
+	poll(t, "the scaled-down pod terminating", func() bool {
+		got, err := pods.Get(ctx, other.Name, metav1.GetOptions{})
+		return err == nil && got.DeletionTimestamp != nil
+	})
+	if n := src.deletes("default", other.Name); n != 0 {
+		t.Errorf("the mirror stopped a stopping instance %d times", n)
+	}
+	src.remove("default", other.Name)
+	poll(t, "the scaled-down pod gone", func() bool {
+		_, err := pods.Get(ctx, other.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 var _ apiserver.PodSource = (*fakePods)(nil)

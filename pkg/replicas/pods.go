@@ -80,7 +80,7 @@ func (m *Manager) DeletePod(namespace, name string) error {
 		r.mu.Unlock()
 		return nil
 	}
-	in.stopping = true
+	in.stopping, in.stoppingAt = true, time.Now()
 	in.ready = false
 	r.wg.Add(1)
 	r.mu.Unlock()
@@ -153,7 +153,7 @@ func (r *revision) podOf(in *instance) *corev1.Pod {
 	r.mu.Lock()
 	rev := r.rev
 	spec := r.spec
-	born, ready, stopping, pulling := in.born, in.ready, in.stopping, in.pulling
+	born, ready, stopping, pulling, stoppingAt := in.born, in.ready, in.stopping, in.pulling, in.stoppingAt
 	r.mu.Unlock()
 
 	p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
@@ -183,6 +183,11 @@ func (r *revision) podOf(in *instance) *corev1.Pod {
 	}
 	if p.Spec.ServiceAccountName == "" {
 		p.Spec.ServiceAccountName = "default"
+	}
+	if stopping && !stoppingAt.IsZero() {
+		// Scaled down or deleted: Terminating, as a ReplicaSet's pod.
+		at := metav1.NewTime(stoppingAt.Truncate(time.Second))
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &at, p.Spec.TerminationGracePeriodSeconds
 	}
 	if !known {
 		st = pod.Status{ID: in.id, Created: born, Pulling: pulling, Ready: ready, Stopping: stopping}

@@ -80,6 +80,9 @@ func TestPodsMirrorInstances(t *testing.T) {
 	if err := e.m.DeletePod("ns1", p.Name); err != nil {
 		t.Fatal(err)
 	}
+	if got, ok := e.m.Pod("ns1", p.Name); ok && got.DeletionTimestamp == nil {
+		t.Error("a stopping instance's Pod without a deletionTimestamp")
+	}
 	eventually(t, time.Minute, "the deleted pod gone and another ready", func() bool {
 		ps := e.m.Pods()
 		return len(ps) == 1 && ps[0].Name != p.Name && podReady(ps[0])

@@ -156,8 +156,10 @@ type instance struct {
 	ready    bool
 	pulling  bool
 	stopping bool
-	exposed  bool // handed out by Endpoints since the last Drained
-	failures int  // the pod's failures already reported
+	// stoppingAt is when the stop began (the Pod's deletionTimestamp).
+	stoppingAt time.Time
+	exposed    bool // handed out by Endpoints since the last Drained
+	failures   int  // the pod's failures already reported
 	// refresh is when the instance's ServiceAccount tokens are to be
 	// issued again (zero: it has none).
 	refresh time.Time
@@ -665,7 +667,7 @@ func (r *revision) reconcile() time.Duration {
 			return b.born.Compare(a.born)
 		})
 		for _, in := range live[:extra] {
-			in.stopping = true
+			in.stopping, in.stoppingAt = true, time.Now()
 			toStop = append(toStop, in)
 		}
 		changed = true
