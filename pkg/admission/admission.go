@@ -25,6 +25,7 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -179,6 +180,10 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
 		errs = append(errs, quota.ValidateLimitRange(obj)...)
 		return nil, errs, nil
+	case *corev1.Event:
+		return nil, validateCoreEvent(obj), nil
+	case *eventsv1.Event:
+		return nil, validateEventsEvent(obj), nil
 	case *nodev1.RuntimeClass:
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
 		errs = append(errs, validateRuntimeClass(obj, asRuntimeClass(req.Old))...)

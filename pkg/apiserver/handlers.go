@@ -40,6 +40,13 @@ func (s *Server) key(k *Kind, namespace, name string) store.Key {
 
 // decodeStored decodes a stored value into the storage type.
 func decodeStored(k *Kind, value []byte) (runtime.Object, error) {
+	if k.StoreAs != nil {
+		obj, err := decodeStored(k.StoreAs.Kind, value)
+		if err != nil {
+			return nil, err
+		}
+		return k.StoreAs.From(obj)
+	}
 	obj := k.New()
 	if err := json.Unmarshal(value, obj); err != nil {
 		return nil, fmt.Errorf("decode stored %s: %w", k.Kind, err)
@@ -49,6 +56,13 @@ func decodeStored(k *Kind, value []byte) (runtime.Object, error) {
 
 // encodeStored encodes a storage-version object for the store.
 func encodeStored(k *Kind, obj runtime.Object) ([]byte, error) {
+	if k.StoreAs != nil {
+		stored, err := k.StoreAs.To(obj)
+		if err != nil {
+			return nil, err
+		}
+		return encodeStored(k.StoreAs.Kind, stored)
+	}
 	obj.GetObjectKind().SetGroupVersionKind(k.GroupVersion().WithKind(k.Kind))
 	return json.Marshal(obj)
 }
@@ -250,6 +264,8 @@ func (s *Server) respondList(w http.ResponseWriter, out output, req request, sto
 		return err
 	}
 	la.SetResourceVersion(lm.ResourceVersion)
+	la.SetContinue(lm.Continue)
+	la.SetRemainingItemCount(lm.RemainingItemCount)
 	list.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Group: k.Group, Version: req.version, Kind: k.Kind + "List"})
 	writeObject(w, http.StatusOK, out, list)
 	return nil
@@ -322,23 +338,53 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, req request)
 	if err != nil {
 		return err
 	}
-	entries, rev, err := s.store.List(req.kind.storeResource(), req.namespace)
+	across := req.kind.Namespaced && req.namespace == ""
+	cur := s.store.Revision()
+	pg, err := parsePaging(r.URL.Query(), req.namespace, across, cur)
 	if err != nil {
 		return err
 	}
-	objs := make([]runtime.Object, 0, len(entries))
-	for _, e := range entries {
-		obj, err := decodeStored(req.kind, e.Value)
-		if err != nil {
-			return err
+	var objs []runtime.Object
+	if !sel.labels.Empty() || !sel.fields.Empty() {
+		// The limit counts matching objects, which the store learns by
+		// asking: decode once, keep the decoded object.
+		pg.opts.Match = func(e store.Entry) (bool, error) {
+			obj, err := decodeStored(req.kind, e.Value)
+			if err != nil {
+				return false, err
+			}
+			if !sel.matches(req.kind, obj) {
+				return false, nil
+			}
+			objs = append(objs, obj)
+			return true, nil
 		}
-		if sel.matches(req.kind, obj) {
+	}
+	page, err := s.store.ListPage(req.kind.storeResource(), req.namespace, pg.opts)
+	if err != nil {
+		return pageError(err, pg, across, cur)
+	}
+	if pg.opts.Match == nil {
+		objs = make([]runtime.Object, 0, len(page.Entries))
+		for _, e := range page.Entries {
+			obj, err := decodeStored(req.kind, e.Value)
+			if err != nil {
+				return err
+			}
 			objs = append(objs, obj)
 		}
 	}
-	// limit and continue are accepted and the whole list is returned at
-	// once, which the API allows a server to do.
-	return s.respondList(w, out, req, objs, metav1.ListMeta{ResourceVersion: strconv.FormatInt(rev, 10)})
+	lm := metav1.ListMeta{ResourceVersion: strconv.FormatInt(page.Revision, 10)}
+	if page.More && len(page.Entries) > 0 {
+		last := page.Entries[len(page.Entries)-1].Key
+		if lm.Continue, err = encodeContinue(last.Namespace, last.Name+"\x00", across, page.Revision); err != nil {
+			return err
+		}
+		if page.Remaining > 0 {
+			lm.RemainingItemCount = &page.Remaining
+		}
+	}
+	return s.respondList(w, out, req, objs, lm)
 }
 
 // readWrite reads what every create and update needs: the response

@@ -52,6 +52,19 @@ type Kind struct {
 	// FieldLabels lists field selector labels beyond metadata.name and
 	// metadata.namespace, with how to read them.
 	FieldLabels map[string]func(obj runtime.Object) string
+
+	// StoreAs, when set, keeps the kind's objects as another kind's, as
+	// a cluster keeps events.k8s.io Events as core Events: one set of
+	// objects served in both shapes.
+	StoreAs *StoreAs
+}
+
+// StoreAs is the kind a Kind's objects are stored as, and the conversions.
+type StoreAs struct {
+	Kind *Kind
+	// To converts an object of the Kind to the stored kind; From back.
+	To   func(runtime.Object) (runtime.Object, error)
+	From func(runtime.Object) (runtime.Object, error)
 }
 
 // AltVersion is a served version that is converted to and from storage.
@@ -105,7 +118,12 @@ func (k *Kind) Serves(version string) bool {
 }
 
 // storeResource is the store's name for the resource.
-func (k *Kind) storeResource() string { return k.GroupResource().String() }
+func (k *Kind) storeResource() string {
+	if k.StoreAs != nil {
+		return k.StoreAs.Kind.storeResource()
+	}
+	return k.GroupResource().String()
+}
 
 // Kinds is the set of served kinds.
 type Kinds struct {
@@ -263,6 +281,7 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 	ks.all = append(ks.all, podsKind())
 	ks.all = append(ks.all, authKinds()...)
 	ks.all = append(ks.all, tenantKinds()...)
+	ks.all = append(ks.all, eventKinds()...)
 	for _, k := range ks.all {
 		if a, ok := alt[k.Kind]; ok && k.Group == "serving.knative.dev" {
 			k.Alt = a

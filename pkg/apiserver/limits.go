@@ -47,6 +47,12 @@ type Limits struct {
 	// ExemptGroups are never limited (nil: system:masters, as in
 	// Kubernetes).
 	ExemptGroups []string
+	// EventTTL: an Event not seen again for this long is deleted
+	// (DefaultEventTTL, kube-apiserver's --event-ttl).
+	EventTTL time.Duration
+	// MaxEventsPerNamespace: beyond, the least recently seen Events of
+	// the namespace are deleted (DefaultMaxEventsPerNamespace).
+	MaxEventsPerNamespace int
 }
 
 // Defaults of Limits.
@@ -57,6 +63,8 @@ const (
 	DefaultRequestTimeout              = 60 * time.Second // --request-timeout
 	DefaultStreamIdleTimeout           = 4 * time.Hour    // the kubelet's
 	DefaultStreamCreationTimeout       = 30 * time.Second // the kubelet's
+	DefaultEventTTL                    = time.Hour        // --event-ttl
+	DefaultMaxEventsPerNamespace       = 1000
 )
 
 func (l Limits) withDefaults() Limits {
@@ -76,6 +84,10 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.StreamCreationTimeout == 0 {
 		l.StreamCreationTimeout = DefaultStreamCreationTimeout
+	}
+	def(&l.MaxEventsPerNamespace, DefaultMaxEventsPerNamespace)
+	if l.EventTTL <= 0 {
+		l.EventTTL = DefaultEventTTL
 	}
 	if l.ExemptGroups == nil {
 		l.ExemptGroups = []string{"system:masters"}

@@ -176,6 +176,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.gc.Add(gcKey) // finish what a previous run left half-done
 	go s.runGC(ctx)
 	go s.runQuotaStatus(ctx)
+	go s.runEventGC(ctx)
 	return nil
 }
 

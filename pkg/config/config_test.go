@@ -64,6 +64,7 @@ func TestDefaults(t *testing.T) {
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
+			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text"},

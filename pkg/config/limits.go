@@ -23,9 +23,20 @@ type Limits struct {
 	Store  StoreLimits  `json:"store,omitempty"`
 	Disk   DiskLimits   `json:"disk,omitempty"`
 	Images ImageLimits  `json:"images,omitempty"`
+	Events EventLimits  `json:"events,omitempty"`
 	// EphemeralStorage is the pods' local storage, measured and limited as
 	// the kubelet's eviction manager does (see package pod).
 	EphemeralStorage EphemeralStorageLimits `json:"ephemeralStorage,omitempty"`
+}
+
+// EventLimits bound the Events (core/v1 and events.k8s.io/v1) the API keeps.
+type EventLimits struct {
+	// TTL: an Event not updated for this long is deleted
+	// (kube-apiserver's --event-ttl).
+	TTL Duration `json:"ttl,omitempty"`
+	// MaxPerNamespace Events are kept in a namespace; beyond, the least
+	// recently updated are deleted.
+	MaxPerNamespace int `json:"maxPerNamespace,omitempty"`
 }
 
 // EphemeralStorageLimits bound what instances write on the data dir's
@@ -179,6 +190,8 @@ const (
 	DefaultPullBackoff      = 10 * time.Second
 	DefaultMaxPullBackoff   = 5 * time.Minute
 
+	DefaultEventTTL                 = time.Hour // kube-apiserver's --event-ttl
+	DefaultMaxEventsPerNamespace    = 1000
 	DefaultEphemeralStorageInterval = 10 * time.Second // the kubelet's
 	DefaultEphemeralStorageMaxFiles = 500000
 	DefaultEphemeralStorageMaxDepth = 256
@@ -220,6 +233,8 @@ func (l *Limits) applyDefaults() {
 	defBytes(&i.MaxManifestBytes, DefaultMaxManifestBytes)
 	defDuration(&i.PullBackoff, DefaultPullBackoff)
 	defDuration(&i.MaxPullBackoff, DefaultMaxPullBackoff)
+	defDuration(&l.Events.TTL, DefaultEventTTL)
+	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
 	e := &l.EphemeralStorage
 	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
 	defInt(&e.MaxFiles, DefaultEphemeralStorageMaxFiles)
@@ -297,6 +312,8 @@ func (l *Limits) validate() error {
 	pos("images.maxManifestBytes", int64(i.MaxManifestBytes))
 	posDur("images.pullBackoff", i.PullBackoff)
 	posDur("images.maxPullBackoff", i.MaxPullBackoff)
+	posDur("events.ttl", l.Events.TTL)
+	pos("events.maxPerNamespace", int64(l.Events.MaxPerNamespace))
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}

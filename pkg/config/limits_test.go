@@ -79,6 +79,8 @@ func TestLimitsErrorsNameTheField(t *testing.T) {
 		{"limits:\n  disk:\n    minFreeBytes: -1Gi\n", "limits.disk.minFreeBytes"},
 		{"limits:\n  images:\n    maxLayerBytes: 16Gi\n", "limits.images"},
 		{"limits:\n  images:\n    pullBackoff: 10m\n", "limits.images.maxPullBackoff"},
+		{"limits:\n  events:\n    ttl: -1h\n", "limits.events.ttl"},
+		{"limits:\n  events:\n    maxPerNamespace: -3\n", "limits.events.maxPerNamespace"},
 		{"limits:\n  imges: {}\n", `unknown field "imges"`},
 		{"limits:\n  ephemeralStorage:\n    interval: -1s\n", "limits.ephemeralStorage.interval"},
 		{"limits:\n  ephemeralStorage:\n    defaultContainerLimit: -1Mi\n", "limits.ephemeralStorage.defaultContainerLimit"},

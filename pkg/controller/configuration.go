@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -156,8 +157,10 @@ func (c *Controller) latestCreated(ctx context.Context, cfg *servingv1.Configura
 		return c.client.ServingV1().Revisions(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
+		c.events[configurationAgent].Eventf(cfg, corev1.EventTypeWarning, "CreationFailed", "Failed to create Revision: %v", err)
 		return nil, fmt.Errorf("create revision %s: %w", name, err)
 	}
+	c.events[configurationAgent].Eventf(cfg, corev1.EventTypeNormal, "Created", "Created Revision %q", rev.Name)
 	return rev, nil
 }
 
@@ -166,5 +169,8 @@ func (c *Controller) updateConfigurationStatus(ctx context.Context, cur, want *s
 		return nil
 	}
 	_, err := c.client.ServingV1().Configurations(want.Namespace).UpdateStatus(ctx, want, metav1.UpdateOptions{})
+	if err == nil {
+		c.configurationEvents(cur, want)
+	}
 	return err
 }

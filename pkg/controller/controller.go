@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	netcfg "knative.dev/networking/pkg/config"
@@ -63,6 +64,9 @@ type Options struct {
 	// Resync re-reconciles everything this often (0: 10 minutes), which
 	// also drives time-based garbage collection.
 	Resync time.Duration
+	// Recorder makes the event recorder of a component (Knative's
+	// controller names: "service-controller", ...); nil: no events.
+	Recorder func(component string) record.EventRecorder
 }
 
 // DefaultDigestResolutionTimeout is Knative's default
@@ -85,6 +89,7 @@ type Controller struct {
 	queues      map[string]workqueue.RateLimitingInterface
 	synced      []cache.InformerSynced
 	refs        referenced
+	events      recorders
 	initialized chan struct{} // closed by Run after its first pass
 }
 
@@ -113,7 +118,7 @@ func New(opts Options) (*Controller, error) {
 		opts.Resync = 10 * time.Minute
 	}
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
-		initialized: make(chan struct{})}
+		initialized: make(chan struct{}), events: newRecorders(opts.Recorder)}
 	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
 	sv := c.factory.Serving().V1()
 	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
@@ -174,15 +177,23 @@ func (e *env) startController() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := controller.New(controller.Options{
-		Client: e.client, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
-		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: time.Second,
-	})
+	kube, err := kubernetes.NewForConfig(e.api.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	c, err := controller.New(controller.Options{
+		Client: e.client, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: time.Second,
+		Recorder: controller.Recorders(events),
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -190,7 +201,8 @@ func (e *env) startController() {
 			t.Errorf("controller: %v", err)
 		}
 	}()
-	e.stopCtl = func() { cancel(); <-done }
+	var once sync.Once
+	e.stopCtl = func() { cancel(); <-done; once.Do(events.Shutdown) }
 	t.Cleanup(func() { e.stopCtl() })
 }
 

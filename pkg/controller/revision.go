@@ -147,5 +147,8 @@ func (c *Controller) updateRevisionStatus(ctx context.Context, cur, want *servin
 		return nil
 	}
 	_, err := c.client.ServingV1().Revisions(want.Namespace).UpdateStatus(ctx, want, metav1.UpdateOptions{})
+	if err == nil {
+		c.revisionReadyEvents(cur, want)
+	}
 	return err
 }

@@ -90,8 +90,10 @@ func (c *Controller) reconcileService(ctx context.Context, ns, name string) erro
 	case apierrors.IsNotFound(err) && !manual:
 		cfg, err = c.client.ServingV1().Configurations(ns).Create(ctx, desiredConfiguration(svc), metav1.CreateOptions{})
 		if err != nil {
+			c.events[serviceAgent].Eventf(svc, corev1.EventTypeWarning, "CreationFailed", "Failed to create Configuration %q: %v", name, err)
 			return fmt.Errorf("create configuration: %w", err)
 		}
+		c.events[serviceAgent].Eventf(svc, corev1.EventTypeNormal, "Created", "Created Configuration %q", cfg.Name)
 	case apierrors.IsNotFound(err):
 		cfg = nil
 	case err != nil:
@@ -110,8 +112,10 @@ func (c *Controller) reconcileService(ctx context.Context, ns, name string) erro
 	case apierrors.IsNotFound(err) && !manual:
 		rt, err = c.client.ServingV1().Routes(ns).Create(ctx, desiredRoute(svc), metav1.CreateOptions{})
 		if err != nil {
+			c.events[serviceAgent].Eventf(svc, corev1.EventTypeWarning, "CreationFailed", "Failed to create Route %q: %v", name, err)
 			return fmt.Errorf("create route: %w", err)
 		}
+		c.events[serviceAgent].Eventf(svc, corev1.EventTypeNormal, "Created", "Created Route %q", rt.Name)
 	case apierrors.IsNotFound(err):
 		rt = nil
 	case err != nil:

@@ -3,8 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/apiserver"
@@ -68,3 +71,13 @@ func (a podSource) DeletePod(namespace, name string) error {
 }
 
 var _ apiserver.PodSource = podSource{}
+
+// instanceEvents records the revision manager's instance events as the
+// kubelet records a pod's: source component "kubelet" and this host.
+func instanceEvents(b record.EventBroadcaster) func(corev1.ObjectReference, string, string, string) {
+	host, _ := os.Hostname()
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: host})
+	return func(about corev1.ObjectReference, typ, reason, message string) {
+		rec.Event(&about, typ, reason, message)
+	}
+}

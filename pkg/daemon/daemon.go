@@ -33,7 +33,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/knbox/knbox/pkg/admission"
@@ -291,6 +293,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
+	// Events of the controllers and of the instances go through client-go's
+	// broadcaster, whose correlator counts repeats and aggregates similar
+	// ones, as on a cluster.
+	events := record.NewBroadcaster(record.WithContext(runCtx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 
 	// The runtime side. Probing the handlers takes a while: the API serves
 	// meanwhile, and the data plane starts once they are known.
@@ -323,6 +331,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
+	var podEvents atomic.Pointer[replicas.Manager]
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -333,7 +342,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
-		Logger:           log.With("component", "pod"),
+		// The pods' events go to the revision manager, which knows their
+		// Revisions; those of pods adopted before it exists are dropped.
+		Events: func(e pod.Event) {
+			if m := podEvents.Load(); m != nil {
+				m.PodEvent(e)
+			}
+		},
+		Logger: log.With("component", "pod"),
 	})
 	if err != nil {
 		return err
@@ -366,12 +382,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
 		ExecProbes:          cfg.Policy.AllowExecProbes,
+		Event:               instanceEvents(events),
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
 	})
 	if err != nil {
 		return err
 	}
+	podEvents.Store(mgr)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -397,7 +415,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(), log)
+	c, err := newController(cfg, sc, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+		controller.Recorders(events), log)
 	if err != nil {
 		return err
 	}
@@ -619,7 +638,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
 func newController(cfg *config.Config, client servingclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
-	apiURL string, resolveTimeout time.Duration, data net.Addr, log *slog.Logger) (*controller.Controller, error) {
+	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
 		return nil, err
@@ -639,7 +658,8 @@ func newController(cfg *config.Config, client servingclient.Interface, rt contro
 	return controller.New(controller.Options{
 		Client: client, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
-		Logger: log.With("component", "controller"),
+		Recorder: recorder,
+		Logger:   log.With("component", "controller"),
 	})
 }
 

@@ -121,6 +121,12 @@ type Options struct {
 	ProgressDeadline time.Duration
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
+	// Event, when set, receives events about Revisions: an instance
+	// Created, one that could not be run (RunContainerError),
+	// ProgressDeadlineExceeded, and the events of the pods (PodEvent:
+	// Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
+	// Evicted, as the kubelet names them). It must not block.
+	Event func(about corev1.ObjectReference, eventType, reason, message string)
 }
 
 type key struct{ namespace, name string }
@@ -303,6 +309,19 @@ func (m *Manager) podChanged(id string) {
 	m.mu.Unlock()
 	if ok && r != nil {
 		r.podChanged(id)
+	}
+}
+
+// PodEvent passes on an event of the pod runtime (pod.Options.Events) as
+// an event about the Revision of the pod, until instances are Pods on the
+// API; events of pods it does not run are dropped.
+func (m *Manager) PodEvent(e pod.Event) {
+	m.mu.Lock()
+	k, ok := m.pods[e.Pod]
+	r := m.revs[k]
+	m.mu.Unlock()
+	if ok && r != nil {
+		r.podEvent(e)
 	}
 }
 

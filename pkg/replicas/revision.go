@@ -569,7 +569,9 @@ func (r *revision) reconcile() time.Duration {
 		updates []volumeUpdate
 		changed bool
 		next    time.Duration
+		evs     []event
 	)
+	defer func() { r.emit(evs) }()
 	r.mu.Lock()
 	now := time.Now()
 	want := r.wantLocked(desired, known)
@@ -582,6 +584,7 @@ func (r *revision) reconcile() time.Duration {
 			}
 			r.fail = &failure{kind: failDeadline, reason: ReasonProgressDeadlineExceeded, message: msg}
 			r.halted = true
+			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, msg))
 			r.log.Warn("revision failed", "reason", r.fail.reason, "message", msg)
 			want = 0
 			changed = true
@@ -698,6 +701,10 @@ func (r *revision) reconcile() time.Duration {
 			break
 		}
 		r.m.trackPod(spec.ID, r.key)
+		r.mu.Lock()
+		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
+		r.mu.Unlock()
+		r.emit([]event{created}) // before the pod's own events
 		if err := r.m.opts.Pods.Run(r.ctx, spec); err != nil {
 			release()
 			// The pod runtime refuses the spec: tried again with backoff.
@@ -707,6 +714,7 @@ func (r *revision) reconcile() time.Duration {
 			d := retryAfter(r.retries)
 			r.nextTry = time.Now().Add(d)
 			r.blocked = &failure{kind: failConfig, reason: pod.ReasonRunContainer, message: err.Error()}
+			evs = append(evs, r.eventLocked(corev1.EventTypeWarning, pod.ReasonRunContainer, fmt.Sprintf("Instance %s could not be run: %v", spec.ID, err)))
 			r.mu.Unlock()
 			r.log.Warn("run instance", "instance", spec.ID, "err", err, "retryIn", d)
 			r.m.untrackPod(spec.ID)
@@ -1058,4 +1066,44 @@ func (r *revision) instanceEnded(in *instance) {
 	}
 	r.poke()
 	r.m.notify(r.key)
+}
+
+// podEvent sends an event of one of the revision's pods as an event
+// about the revision, naming the instance (and its container).
+func (r *revision) podEvent(e pod.Event) {
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.mu.Lock()
+	ev := r.eventLocked(typ, e.Reason, "instance "+e.Pod+": "+e.Message)
+	r.mu.Unlock()
+	if e.Container != "" {
+		ev.about.FieldPath = "spec.containers{" + e.Container + "}"
+	}
+	r.emit([]event{ev})
+}
+
+// event is one lifecycle event about the revision, made under r.mu and
+// sent (emit) after it is released.
+type event struct {
+	about                corev1.ObjectReference
+	typ, reason, message string
+}
+
+// eventLocked makes an event about the revision; r.mu is held.
+func (r *revision) eventLocked(typ, reason, message string) event {
+	ref := corev1.ObjectReference{APIVersion: servingv1.SchemeGroupVersion.String(), Kind: "Revision",
+		Namespace: r.key.namespace, Name: r.key.name, UID: r.rev.UID}
+	return event{about: ref, typ: typ, reason: reason, message: message}
+}
+
+// emit sends events to Options.Event.
+func (r *revision) emit(evs []event) {
+	if r.m.opts.Event == nil {
+		return
+	}
+	for _, ev := range evs {
+		r.m.opts.Event(ev.about, ev.typ, ev.reason, ev.message)
+	}
 }

@@ -89,3 +89,43 @@ func BenchmarkWatchDelivery(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkListPage reads 1000 objects in pages of 100: at the latest
+// revision, and at a revision 1000 writes (to half of them) ago, which
+// reads the changed objects' old values from the log.
+func BenchmarkListPage(b *testing.B) {
+	for _, past := range []bool{false, true} {
+		b.Run(fmt.Sprintf("past=%v", past), func(b *testing.B) {
+			s, _ := openTest(b, Options{})
+			fill(b, s, 1000)
+			rev := s.Revision()
+			if past {
+				for i := range 1000 {
+					if _, err := s.Update(benchKey(i%500), 0, func(int64) ([]byte, error) { return benchValue, nil }); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				rev = 0
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				n, start := 0, ""
+				for {
+					p, err := s.ListPage(svc, "default", PageOptions{Revision: rev, StartName: start, Limit: 100})
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += len(p.Entries)
+					if !p.More {
+						break
+					}
+					start = p.Entries[len(p.Entries)-1].Key.Name + "\x00"
+				}
+				if n != 1000 {
+					b.Fatalf("%d entries", n)
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,16 @@ import (
 //	objects: resource \x00 namespace \x00 name -> 8-byte big-endian revision ++ value
 //	events:  8-byte big-endian revision        -> encoded event (see encodeRecord)
 //	meta:    "revision" -> 8-byte big-endian revision, "format" -> 1 byte
+//	next:    revision of a write -> revision of the next event of its key,
+//	         while both are in the log
+//	prev:    revision of an event -> 0x00 ++ the value its key had before,
+//	         kept when the log dropped the write that made that value
+//
+// next and prev let a past revision be read (ListPage) as long as the log
+// holds every event since: the value a key had then is the value of the
+// write its next event names, or, once that write left the log, kept
+// under the next event's revision. Stores made before them have neither
+// for their older events; those read as lost (ErrGone).
 //
 // Format 1 kept the previous value in every event as well; opening it drops
 // its event log (a watch from before the upgrade gets ErrGone and relists).
@@ -20,6 +30,8 @@ var (
 	bucketObjects = []byte("objects")
 	bucketEvents  = []byte("events")
 	bucketMeta    = []byte("meta")
+	bucketNext    = []byte("next")
+	bucketPrev    = []byte("prev")
 
 	metaRevision = []byte("revision")
 	metaFormat   = []byte("format")

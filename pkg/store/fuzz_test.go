@@ -27,6 +27,11 @@ type model struct {
 	events  []Event
 	opts    Options
 	sizes   []int64 // of every event's value, by revision - 1
+	// extra is the value an event keeps of its key before it (the
+	// store's prev bucket), by revision - 1; next names the key's next
+	// event of a write still in the log (the store's next bucket).
+	extra []int64
+	next  map[int64]int64
 	// The event log: events <= compacted are gone, events <= stripped
 	// lost their values.
 	compacted, stripped int64
@@ -41,15 +46,36 @@ func (m *model) write(typ EventType, k Key, value []byte) Entry {
 		ev.prevRev = cur.Revision
 	}
 	m.sizes = append(m.sizes, int64(len(value)))
-	m.compacted = max(m.compacted, m.rev-int64(m.opts.EventLogSize))
+	m.extra = append(m.extra, 0)
+	if m.next == nil {
+		m.next = map[int64]int64{}
+	}
+	if ev.prevRev > 0 {
+		if ev.prevRev <= m.compacted {
+			m.extra[m.rev-1] = int64(len(ev.Prev))
+		} else {
+			m.next[ev.prevRev] = m.rev
+		}
+	}
+	compacted := max(m.compacted, m.rev-int64(m.opts.EventLogSize))
+	for r := m.compacted + 1; r <= compacted; r++ {
+		if y, ok := m.next[r]; ok {
+			if r > m.stripped {
+				m.extra[y-1] = m.sizes[r-1]
+			}
+			delete(m.next, r)
+		}
+	}
+	m.compacted = compacted
 	m.stripped = max(m.stripped, m.compacted)
 	var kept int64
 	for r := m.stripped + 1; r <= m.rev; r++ {
-		kept += m.sizes[r-1]
+		kept += m.sizes[r-1] + m.extra[r-1]
 	}
 	for kept > m.opts.EventLogBytes && m.stripped+1 < m.rev {
 		m.stripped++
-		kept -= m.sizes[m.stripped-1]
+		kept -= m.sizes[m.stripped-1] + m.extra[m.stripped-1]
+		m.extra[m.stripped-1] = 0
 	}
 	if typ == Deleted {
 		delete(m.objects, k)

@@ -171,7 +171,11 @@ func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 			return err
 		}
 		w.logBytes += int64(len(ev.Entry.Value))
-		var err error
+		added, err := linkPrev(tx, ev, w.compacted)
+		if err != nil {
+			return err
+		}
+		w.logBytes += added
 		if w.compacted, w.logBytes, err = s.compact(tx, rev, w.compacted, w.logBytes); err != nil {
 			return err
 		}
@@ -208,6 +212,26 @@ func (s *Store) appendEvent(tx *bolt.Tx, ev Event) error {
 	return nil
 }
 
+// linkPrev records where the value ev's key had before ev is found: the
+// write at ev.prevRev, while the log holds it (next), else ev.Prev itself
+// (prev). It returns the bytes of values it added to the log.
+func linkPrev(tx *bolt.Tx, ev Event, compacted int64) (int64, error) {
+	if ev.prevRev == 0 {
+		return 0, nil
+	}
+	rev := encodeRevision(ev.Entry.Revision)
+	if ev.prevRev > compacted {
+		if err := tx.Bucket(bucketNext).Put(encodeRevision(ev.prevRev), rev); err != nil {
+			return 0, fmt.Errorf("put next: %w", err)
+		}
+		return 0, nil
+	}
+	if err := tx.Bucket(bucketPrev).Put(rev, append([]byte{0}, ev.Prev...)); err != nil {
+		return 0, fmt.Errorf("put prev: %w", err)
+	}
+	return int64(len(ev.Prev)), nil
+}
+
 // compact removes at most maxCompactPerWrite of the oldest events that fall
 // outside the last EventLogSize revisions, and returns the new compacted
 // revision and the bytes of values the log keeps.
@@ -226,13 +250,49 @@ func (s *Store) compact(tx *bolt.Tx, rev, compacted, logBytes int64) (int64, int
 		if r.rev > limit {
 			break
 		}
+		carried, err := carryValue(tx, k, v, r)
+		if err != nil {
+			return 0, 0, fmt.Errorf("compact: %w", err)
+		}
 		if err := c.Delete(); err != nil {
 			return 0, 0, fmt.Errorf("compact event %d: %w", r.rev, err)
 		}
 		compacted = r.rev
-		logBytes -= r.size()
+		logBytes += carried - r.size()
 	}
 	return compacted, logBytes, nil
+}
+
+// carryValue is the part of compacting the event r (stored as k, v) that
+// keeps its value for the key's next event, which still needs it (see
+// linkPrev), and drops what r itself kept of its key's value before. It
+// returns the change in the log's bytes of values, r's own value aside.
+func carryValue(tx *bolt.Tx, k, v []byte, r record) (int64, error) {
+	next, prev := tx.Bucket(bucketNext), tx.Bucket(bucketPrev)
+	var delta int64
+	if y := next.Get(k); y != nil {
+		y = bytes.Clone(y)
+		if !r.stripped {
+			full, err := decodeRecord(k, v, true)
+			if err != nil {
+				return 0, err
+			}
+			if err := prev.Put(y, append([]byte{0}, full.value...)); err != nil {
+				return 0, fmt.Errorf("carry the value of event %d: %w", r.rev, err)
+			}
+			delta += int64(len(full.value))
+		}
+		if err := next.Delete(k); err != nil {
+			return 0, fmt.Errorf("delete next of %d: %w", r.rev, err)
+		}
+	}
+	if pv := prev.Get(k); pv != nil {
+		delta -= int64(len(pv) - 1)
+		if err := prev.Delete(k); err != nil {
+			return 0, fmt.Errorf("delete prev of %d: %w", r.rev, err)
+		}
+	}
+	return delta, nil
 }
 
 // strip drops the values of the oldest events while the log keeps more than
@@ -249,6 +309,12 @@ func (s *Store) strip(tx *bolt.Tx, rev, stripped, logBytes int64) (int64, int64,
 		r, err := decodeRecord(k, v, false)
 		if err != nil {
 			return 0, 0, fmt.Errorf("strip: %w", err)
+		}
+		if pv := tx.Bucket(bucketPrev).Get(k); pv != nil {
+			logBytes -= int64(len(pv) - 1)
+			if err := tx.Bucket(bucketPrev).Delete(k); err != nil {
+				return 0, 0, fmt.Errorf("strip prev of %d: %w", r.rev, err)
+			}
 		}
 		if !r.stripped {
 			logBytes -= r.size()

@@ -289,7 +289,7 @@ func open(path string, opts Options) (*Store, error) {
 // revision, the state of the event log and its newest events.
 func (s *Store) recover() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketObjects, bucketEvents, bucketMeta} {
+		for _, name := range [][]byte{bucketObjects, bucketEvents, bucketMeta, bucketNext, bucketPrev} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -305,6 +305,14 @@ func (s *Store) recover() error {
 			}
 			if _, err := tx.CreateBucket(bucketEvents); err != nil {
 				return fmt.Errorf("migrate format 1: %w", err)
+			}
+			for _, b := range [][]byte{bucketNext, bucketPrev} {
+				if err := tx.DeleteBucket(b); err != nil {
+					return fmt.Errorf("migrate format 1: %w", err)
+				}
+				if _, err := tx.CreateBucket(b); err != nil {
+					return fmt.Errorf("migrate format 1: %w", err)
+				}
 			}
 		case len(v) == 1 && v[0] == formatVersion:
 		default:
@@ -352,6 +360,12 @@ func (s *Store) loadLog(tx *bolt.Tx, rev int64) error {
 	}
 	if last != rev {
 		return fmt.Errorf("event log ends at revision %d, store is at %d", last, rev)
+	}
+	if err := tx.Bucket(bucketPrev).ForEach(func(_, v []byte) error {
+		s.logBytes += int64(len(v) - 1)
+		return nil
+	}); err != nil {
+		return err
 	}
 	// The newest events with their values, oldest first.
 	var recent []Event

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -226,6 +227,10 @@ func (s *Store) sendHead(w *watcher, tx *bolt.Tx, initial bool, dbUntil int64, b
 // prevFromLog sets ev's previous value from the log in tx, or PrevCompacted
 // when the log no longer has it.
 func prevFromLog(tx *bolt.Tx, ev *Event) {
+	if pv := tx.Bucket(bucketPrev).Get(encodeRevision(ev.Entry.Revision)); pv != nil {
+		ev.Prev = bytes.Clone(pv[1:])
+		return
+	}
 	k := encodeRevision(ev.prevRev)
 	if v := tx.Bucket(bucketEvents).Get(k); v != nil {
 		if r, err := decodeRecord(k, v, true); err == nil && !r.stripped && r.key == ev.Entry.Key {

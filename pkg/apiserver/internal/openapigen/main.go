@@ -39,6 +39,8 @@ var roots = []string{
 	"io.k8s.api.core.v1.ServiceAccount", "io.k8s.api.core.v1.ServiceAccountList",
 	"io.k8s.api.core.v1.ResourceQuota", "io.k8s.api.core.v1.ResourceQuotaList",
 	"io.k8s.api.core.v1.LimitRange", "io.k8s.api.core.v1.LimitRangeList",
+	"io.k8s.api.core.v1.Event", "io.k8s.api.core.v1.EventList",
+	"io.k8s.api.events.v1.Event", "io.k8s.api.events.v1.EventList",
 	"io.k8s.api.node.v1.RuntimeClass", "io.k8s.api.node.v1.RuntimeClassList",
 	"io.k8s.api.rbac.v1.Role", "io.k8s.api.rbac.v1.RoleList",
 	"io.k8s.api.rbac.v1.ClusterRole", "io.k8s.api.rbac.v1.ClusterRoleList",
