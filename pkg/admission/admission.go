@@ -79,6 +79,10 @@ type Request struct {
 
 // Admitter holds what admission needs from the rest of knbox.
 type Admitter struct {
+	// AllowExecProbes lets exec probes through (the operator's switch,
+	// config policy.allowExecProbes); by default they are refused, as the
+	// runtime contract says platforms should.
+	AllowExecProbes bool
 	// Serving is Knative's configuration (config-defaults, config-features,
 	// config-autoscaler) that SetDefaults and Validate read.
 	Serving *servingcfg.Config
@@ -227,7 +231,10 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa).Also(checkVisibility(req.Object, meta, req.Old))
+		fe = fe.Also(rc).Also(sa).Also(checkVisibility(req.Object, meta, req.Old))
+		if !a.AllowExecProbes {
+			fe = fe.Also(checkProbes(req.Object))
+		}
 	}
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)

@@ -57,7 +57,8 @@ func TestDefaults(t *testing.T) {
 		Limits: Limits{
 			API: APILimits{MaxConnections: 1000, ReadHeaderTimeout: Duration(32 * time.Second), IdleTimeout: Duration(90 * time.Second),
 				MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, MaxLongRunningRequests: 1000,
-				RequestTimeout: Duration(time.Minute), MaxObjectBytes: 1536 << 10},
+				RequestTimeout: Duration(time.Minute), StreamIdleTimeout: Duration(4 * time.Hour),
+				StreamCreationTimeout: Duration(30 * time.Second), MaxObjectBytes: 1536 << 10},
 			Router: ServerLimits{MaxConnections: 10000, ReadHeaderTimeout: Duration(10 * time.Second), IdleTimeout: Duration(90 * time.Second)},
 			Store:  StoreLimits{EventLogSize: 10000, EventLogBytes: 64 << 20, CacheBytes: 16 << 20, WatchBufferBytes: 16 << 20},
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
