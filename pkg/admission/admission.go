@@ -39,6 +39,7 @@ import (
 	networking "knative.dev/networking/pkg/apis/networking"
 	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	"knative.dev/pkg/apis"
+	"knative.dev/pkg/network"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 	"knative.dev/serving/pkg/apis/serving"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -266,7 +267,11 @@ func (a *Admitter) checkMappingDomain(obj runtime.Object) *apis.FieldError {
 	if !ok || d == "" {
 		return nil
 	}
-	if n := strings.ToLower(dm.Name); n == d || strings.HasSuffix(n, "."+d) {
+	n := strings.ToLower(dm.Name)
+	if kd := network.GetClusterDomainName(); strings.HasSuffix(n, "."+kd) {
+		return nil // Knative's validation says so already
+	}
+	if n == d || strings.HasSuffix(n, "."+d) {
 		return apis.ErrGeneric(fmt.Sprintf("invalid name %q: must not be a subdomain of cluster local domain %q", dm.Name, d), "metadata.name")
 	}
 	return nil

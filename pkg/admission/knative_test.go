@@ -144,3 +144,16 @@ func TestMappingUnderClusterDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestMappingUnderDefaultClusterDomain: a name under cluster.local is
+// refused once, by Knative's validation, not twice.
+func TestMappingUnderDefaultClusterDomain(t *testing.T) {
+	e := newTenantEnv(t, newNamespace("team-a", nil, nil))
+	e.a.ClusterDomain = "cluster.local"
+	dm := &servingv1beta1.DomainMapping{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "x.team-a.svc.cluster.local"},
+		Spec: servingv1beta1.DomainMappingSpec{Ref: duckv1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "s"}}}
+	_, _, err := e.admit(t, Create, dm, nil, servingv1beta1.Resource("domainmappings"))
+	if !apierrors.IsInvalid(err) || strings.Count(err.Error(), "cluster local domain") != 1 {
+		t.Errorf("%v, want one 422 naming the cluster local domain", err)
+	}
+}
