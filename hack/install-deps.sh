@@ -158,7 +158,7 @@ have_myhostname() {
 # one is stopped and disabled again.
 install_nginx() {
 	apt_install "$1"
-	if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+	if [[ -d /run/systemd/system ]]; then
 		systemctl disable --now nginx >&2 || true
 	fi
 }
