@@ -71,6 +71,7 @@ func TestDefaults(t *testing.T) {
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
+		ClusterDomain: "cluster.local",
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -359,6 +360,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"unknown nested field", "runtimes:\n  runc:\n    bogus: 1\n", []string{`unknown field "bogus"`}},
 		{"unknown ConfigMap", "configMaps:\n  config-featurs:\n    a: b\n", []string{`"config-featurs"`, "config-features"}},
 		{"bad apiAddr", "apiAddr: localhost\n", []string{"apiAddr", `"localhost"`}},
+		{"bad clusterDomain", "clusterDomain: Corp_Internal\n", []string{"clusterDomain", `"Corp_Internal"`}},
 		{"bad httpAddr port", "httpAddr: 127.0.0.1:http\n", []string{"httpAddr", `"http"`}},
 		{"port out of range", "httpAddr: 127.0.0.1:70000\n", []string{"httpAddr", `"70000"`}},
 		{"negative body limit", "maxRequestBodyBytes: -1\n", []string{"maxRequestBodyBytes"}},

@@ -363,7 +363,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	// Instances' names and calls to other services, served inside their
 	// network namespaces; the router serves them once it exists.
-	instNet := newInstanceNet(upstream, log.With("component", "instance-network"))
+	instNet := newInstanceNet(cfg.ClusterDomain, upstream, log.With("component", "instance-network"))
+	instNet.tokens = srv
 	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
 	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()
@@ -446,9 +447,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			as.Poke(autoscaler.Key(ns, rev))
 			mgr.Poke(ns, rev)
 		},
-		External: true,
-		Observer: mtr,
-		Logger:   log.With("component", "router"),
+		External:      true,
+		ClusterDomain: cfg.ClusterDomain,
+		Observer:      mtr,
+		Logger:        log.With("component", "router"),
 	})
 	if err != nil {
 		return err
@@ -714,7 +716,7 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 	}
 	return controller.New(controller.Options{
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
-		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
+		Network: network, Domain: domain, ClusterDomain: cfg.ClusterDomain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
 		Logger:   log.With("component", "controller"),
 	})

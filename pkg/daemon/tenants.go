@@ -29,6 +29,7 @@ func newAdmitter(cfg *config.Config, serving *servingcfg.Config, policy oci.Poli
 		},
 		InstanceDefaults: func(pod *corev1.PodSpec) { oci.Declare(pod, policy) },
 		AllowExecProbes:  cfg.Policy.AllowExecProbes,
+		ClusterDomain:    cfg.ClusterDomain,
 		Logger:           log.With("component", "admission"),
 	}, nil
 }

@@ -628,4 +628,8 @@ const (
 	LabelNamespace   = "knbox.dev/namespace"
 	LabelRevision    = "serving.knative.dev/revision"
 	LabelRevisionUID = "serving.knative.dev/revisionUID"
+	// LabelServiceAccount is the ServiceAccount the instance runs as
+	// ("default" when the Revision names none): the metadata service
+	// issues its identity tokens for it.
+	LabelServiceAccount = "knbox.dev/service-account"
 )

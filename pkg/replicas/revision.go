@@ -341,9 +341,10 @@ func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh tim
 	spec = pod.Spec{
 		ID: id,
 		Labels: map[string]string{
-			LabelNamespace:   r.key.namespace,
-			LabelRevision:    r.key.name,
-			LabelRevisionUID: string(rev.UID),
+			LabelNamespace:      r.key.namespace,
+			LabelRevision:       r.key.name,
+			LabelRevisionUID:    string(rev.UID),
+			LabelServiceAccount: serviceAccountName(&rev.Spec.PodSpec),
 		},
 		Handler:     handler,
 		Security:    rev.Spec.SecurityContext,
