@@ -48,7 +48,8 @@ lint: ## gofmt, go vet, staticcheck, and go.mod/go.sum tidy
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 .PHONY: bench
-bench: ## run the benchmarks: go test -bench, then the tables of bench/
+bench: ## install wrk and nginx if missing, run the benchmarks: go test -bench, then the tables of bench/
+	BENCH=1 hack/install-deps.sh
 	$(GO) test -run=NONE -bench=. -benchmem -p 1 ./...
 	$(GO) run ./bench/api
 	$(GO) run ./bench/instance

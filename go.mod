@@ -38,6 +38,7 @@ require (
 	k8s.io/klog/v2 v2.120.1
 	k8s.io/kube-openapi v0.0.0-20231206194836-bf4651e18aa8
 	k8s.io/kubectl v0.29.2
+	k8s.io/kubelet v0.29.2
 	k8s.io/pod-security-admission v0.29.2
 	k8s.io/utils v0.0.0-20240102154912-e7106e64919e
 	knative.dev/networking v0.0.0-20240716111826-bab7f2a3e556

@@ -37,6 +37,12 @@ DEPS=(
 	myhostname:libnss-myhostname
 )
 
+# `make bench` (BENCH=1): the data plane benchmark's load generator and its
+# nginx anchor. The tests do not need them.
+if [[ ${BENCH:-} == 1 ]]; then
+	DEPS+=(wrk:wrk nginx:nginx)
+fi
+
 # kubectl of the Kubernetes line knbox speaks (k8s.io/api v0.29 in go.mod).
 KUBECTL_VERSION="${KUBECTL_VERSION:-v1.29.2}"
 INSTALL_DIR="${INSTALL_DIR:-/usr/local/bin}"
@@ -147,6 +153,16 @@ have_myhostname() {
 # Debian's package adds "myhostname" to the hosts line of /etc/nsswitch.conf
 # when it is installed; a file that an administrator edited may lack it, so
 # this adds it after "files" if it is still missing.
+# nginx's package starts a system nginx on port 80 where systemd runs; the
+# benchmark starts its own in a private network namespace, so the system
+# one is stopped and disabled again.
+install_nginx() {
+	apt_install "$1"
+	if [[ -d /run/systemd/system ]]; then
+		systemctl disable --now nginx >&2 || true
+	fi
+}
+
 install_myhostname() {
 	apt_install "$1" || return 1
 	if ! grep -Eq '^hosts:.*[[:space:]]myhostname([[:space:]]|$)' /etc/nsswitch.conf; then

@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/knbox/knbox/pkg/metrics"
 	"github.com/knbox/knbox/pkg/router"
 	"github.com/knbox/knbox/pkg/routing"
 )
@@ -37,6 +38,9 @@ const (
 	queueTLSPort = 8443
 	rproxyPort   = 8083
 	knboxPort    = 8084
+	// knboxMetricsPort: the same router with knbox serve's request
+	// metrics as its Observer (metrics on vs off in the same run).
+	knboxMetricsPort = 8085
 	// benchHost is the Host of every measured request: the knbox
 	// router's route; the other proxies ignore it.
 	benchHost = "bench.default.example.com"
@@ -154,6 +158,10 @@ func (e *env) proxies(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
+	km, err := p.start("knbox-router-metrics", nil, self, "-serve", "router-metrics", "-listen", addrOf(knboxMetricsPort), "-upstream", addrOf(upstreamPort))
+	if err != nil {
+		return err
+	}
 	one := func(c *exec.Cmd) func() []int { return func() []int { return []int{c.Process.Pid} } }
 	targets := []proxyTarget{
 		{name: "direct", port: upstreamPort},
@@ -161,6 +169,7 @@ func (e *env) proxies(ctx context.Context, rep *report) error {
 		{name: "queue-proxy", port: queuePort, pids: one(qp)},
 		{name: "httputil.ReverseProxy", port: rproxyPort, pids: one(rp)},
 		{name: "knbox", port: knboxPort, pids: one(kb)},
+		{name: "knbox+metrics", port: knboxMetricsPort, pids: one(km)},
 	}
 	for _, t := range targets {
 		if err := p.waitServing(ctx, t); err != nil {
@@ -202,7 +211,8 @@ func (e *env) proxies(ctx context.Context, rep *report) error {
 		"completed. nginx %s: worker_processes auto, upstream keepalive 64, proxy_http_version 1.1, Connection \"\".\n"+
 		"queue-proxy: knative.dev/serving %s cmd/queue, containerConcurrency 0, request metrics to Prometheus.\n"+
 		"httputil.ReverseProxy: NewSingleHostReverseProxy on net/http, 64 idle connections per host.\n"+
-		"knbox: router.Server, one Route, the upstream as the revision's one instance.",
+		"knbox: router.Server, one Route, the upstream as the revision's one instance.\n"+
+		"knbox+metrics: the same, with knbox serve's request metrics (pkg/metrics) as the router's Observer.",
 		e.o.duration, e.o.rounds, nginxVersion(p.nginx), servingVersion())
 	rep.proxies = pr
 	return nil
@@ -582,18 +592,24 @@ func serveProxy(kind, listen, upstream string) error {
 		tr.MaxIdleConnsPerHost = 64
 		rp.Transport = tr
 		return (&http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}).Serve(ln)
-	case "router":
+	case "router", "router-metrics":
 		table := routing.NewTable()
 		table.Set(routing.Route{Namespace: "default", Name: "bench", Host: benchHost,
 			Traffic: []routing.Split{{Revision: "bench-00001", Percent: 100}}})
-		r, err := router.New(router.Options{Table: table, Instances: staticInstances{upstream}, External: true})
+		ro := router.Options{Table: table, Instances: staticInstances{upstream}, External: true}
+		if kind == "router-metrics" {
+			m := metrics.New(metrics.Options{})
+			go m.Run(context.Background())
+			ro.Observer = m
+		}
+		r, err := router.New(ro)
 		if err != nil {
 			return err
 		}
 		go r.Run(context.Background())
 		return (&router.Server{Router: r}).Serve(ln)
 	}
-	return fmt.Errorf("-serve %q: want reverseproxy or router", kind)
+	return fmt.Errorf("-serve %q: want reverseproxy, router or router-metrics", kind)
 }
 
 // staticInstances is one revision with one instance at a fixed address.

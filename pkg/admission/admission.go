@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	authv1 "k8s.io/api/authentication/v1"
@@ -38,6 +39,7 @@ import (
 	networking "knative.dev/networking/pkg/apis/networking"
 	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	"knative.dev/pkg/apis"
+	"knative.dev/pkg/network"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 	"knative.dev/serving/pkg/apis/serving"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -79,6 +81,10 @@ type Request struct {
 
 // Admitter holds what admission needs from the rest of knbox.
 type Admitter struct {
+	// AllowExecProbes lets exec probes through (the operator's switch,
+	// config policy.allowExecProbes); by default they are refused, as the
+	// runtime contract says platforms should.
+	AllowExecProbes bool
 	// Serving is Knative's configuration (config-defaults, config-features,
 	// config-autoscaler) that SetDefaults and Validate read.
 	Serving *servingcfg.Config
@@ -89,6 +95,10 @@ type Admitter struct {
 	// revision template whose serviceAccountName names a missing one is
 	// refused.
 	ServiceAccountExists func(ctx context.Context, namespace, name string) (bool, error)
+	// ClusterDomain is the configured cluster domain: a DomainMapping
+	// under it is refused, as Knative refuses one under its own (which
+	// Knative's validation reads from CLUSTER_DOMAIN, not from here).
+	ClusterDomain string
 
 	// Objects reads what the namespace policies need; nil turns them off
 	// (tests of Knative's admission alone).
@@ -227,7 +237,10 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(checkProbes(req.Object)).Also(sa).Also(checkVisibility(req.Object, meta, req.Old))
+		fe = fe.Also(rc).Also(sa).Also(checkVisibility(req.Object, meta, req.Old)).Also(a.checkMappingDomain(req.Object))
+		if !a.AllowExecProbes {
+			fe = fe.Also(checkProbes(req.Object))
+		}
 	}
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
@@ -245,6 +258,24 @@ var (
 	_ knativeObject = (*servingv1.Route)(nil)
 	_ knativeObject = (*servingv1beta1.DomainMapping)(nil)
 )
+
+// checkMappingDomain refuses a DomainMapping of a name under the
+// configured cluster domain: those names are the platform's.
+func (a *Admitter) checkMappingDomain(obj runtime.Object) *apis.FieldError {
+	dm, ok := obj.(*servingv1beta1.DomainMapping)
+	d := strings.ToLower(strings.TrimSuffix(a.ClusterDomain, "."))
+	if !ok || d == "" {
+		return nil
+	}
+	n := strings.ToLower(dm.Name)
+	if kd := network.GetClusterDomainName(); strings.HasSuffix(n, "."+kd) {
+		return nil // Knative's validation says so already
+	}
+	if n == d || strings.HasSuffix(n, "."+d) {
+		return apis.ErrGeneric(fmt.Sprintf("invalid name %q: must not be a subdomain of cluster local domain %q", dm.Name, d), "metadata.name")
+	}
+	return nil
+}
 
 // validateDomainClaim checks a ClusterDomainClaim: its name is a domain
 // name and spec.namespace the namespace that may map it.

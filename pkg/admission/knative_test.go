@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	duckv1 "knative.dev/pkg/apis/duck/v1"
 	"knative.dev/pkg/ptr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingv1beta1 "knative.dev/serving/pkg/apis/serving/v1beta1"
 )
 
 // TestServiceAccountNameKnativeText: a malformed serviceAccountName is
@@ -116,5 +118,42 @@ func TestVisibilityLabel(t *testing.T) {
 				t.Errorf("%s %q: %v %+v, want the label's field and the value that works", o.gr.Resource, tc.value, err, d)
 			}
 		}
+	}
+}
+
+// TestMappingUnderClusterDomain: a DomainMapping of a name under the
+// configured cluster domain is refused at metadata.name; other names pass.
+func TestMappingUnderClusterDomain(t *testing.T) {
+	e := newTenantEnv(t, newNamespace("team-a", nil, nil))
+	e.a.ClusterDomain = "corp.internal"
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{{"shop.example.com", true}, {"x.team-a.svc.corp.internal", false}, {"corp.internal", false}, {"a.Corp.Internal", false}, {"notcorp.internal", true}} {
+		dm := &servingv1beta1.DomainMapping{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: tc.name},
+			Spec: servingv1beta1.DomainMappingSpec{Ref: duckv1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "s"}}}
+		_, _, err := e.admit(t, Create, dm, nil, servingv1beta1.Resource("domainmappings"))
+		if tc.ok {
+			if err != nil {
+				t.Errorf("%q: %v", tc.name, err)
+			}
+			continue
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cluster local domain") || !strings.Contains(err.Error(), "metadata.name") {
+			t.Errorf("%q: %v, want 422 naming metadata.name and the cluster domain", tc.name, err)
+		}
+	}
+}
+
+// TestMappingUnderDefaultClusterDomain: a name under cluster.local is
+// refused once, by Knative's validation, not twice.
+func TestMappingUnderDefaultClusterDomain(t *testing.T) {
+	e := newTenantEnv(t, newNamespace("team-a", nil, nil))
+	e.a.ClusterDomain = "cluster.local"
+	dm := &servingv1beta1.DomainMapping{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "x.team-a.svc.cluster.local"},
+		Spec: servingv1beta1.DomainMappingSpec{Ref: duckv1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "s"}}}
+	_, _, err := e.admit(t, Create, dm, nil, servingv1beta1.Resource("domainmappings"))
+	if !apierrors.IsInvalid(err) || strings.Count(err.Error(), "cluster local domain") != 1 {
+		t.Errorf("%v, want one 422 naming the cluster local domain", err)
 	}
 }

@@ -901,6 +901,9 @@ func (s *Server) handleDeleteCollection(w http.ResponseWriter, r *http.Request, 
 // finalizers, namespaces that terminate, and propagation to dependents.
 func (s *Server) deleteObject(ctx context.Context, k *Kind, namespace, name string, opts metav1.DeleteOptions) (runtime.Object, error) {
 	dryRun := len(opts.DryRun) > 0
+	if k.Mirror && !dryRun {
+		defer s.podChanged(namespace, name) // the mirror stops the instance
+	}
 	for attempt := 0; ; attempt++ {
 		cur, entry, err := s.getStored(k, namespace, name)
 		if err != nil {

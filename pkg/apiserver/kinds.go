@@ -37,6 +37,9 @@ type Kind struct {
 	// Virtual kinds are only created and never stored (the access
 	// reviews); their handlers are in reviews.go.
 	Virtual bool
+	// Mirror kinds show what the runtime side runs (Pods): only the
+	// server writes them (RunPods); users may read and delete them.
+	Mirror bool
 
 	New     func() runtime.Object
 	NewList func() runtime.Object
@@ -298,6 +301,7 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 			},
 		},
 	}}
+	ks.all = append(ks.all, podsKind())
 	ks.all = append(ks.all, authKinds()...)
 	ks.all = append(ks.all, tenantKinds()...)
 	ks.all = append(ks.all, eventKinds()...)

@@ -40,6 +40,10 @@ type Limits struct {
 	// RequestTimeout bounds the time to read the body of a request that is
 	// not long-running (DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// StreamIdleTimeout closes an exec or port-forward session idle this
+	// long (DefaultStreamIdleTimeout); StreamCreationTimeout bounds the
+	// time to open its streams (DefaultStreamCreationTimeout).
+	StreamIdleTimeout, StreamCreationTimeout time.Duration
 	// ExemptGroups are never limited (nil: system:masters, as in
 	// Kubernetes).
 	ExemptGroups []string
@@ -57,6 +61,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 200 // --max-mutating-requests-inflight
 	DefaultMaxLongRunningRequests      = 1000
 	DefaultRequestTimeout              = 60 * time.Second // --request-timeout
+	DefaultStreamIdleTimeout           = 4 * time.Hour    // the kubelet's
+	DefaultStreamCreationTimeout       = 30 * time.Second // the kubelet's
 	DefaultEventTTL                    = time.Hour        // --event-ttl
 	DefaultMaxEventsPerNamespace       = 1000
 )
@@ -72,6 +78,12 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxLongRunningRequests, DefaultMaxLongRunningRequests)
 	if l.RequestTimeout == 0 {
 		l.RequestTimeout = DefaultRequestTimeout
+	}
+	if l.StreamIdleTimeout == 0 {
+		l.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if l.StreamCreationTimeout == 0 {
+		l.StreamCreationTimeout = DefaultStreamCreationTimeout
 	}
 	def(&l.MaxEventsPerNamespace, DefaultMaxEventsPerNamespace)
 	if l.EventTTL <= 0 {
@@ -109,6 +121,9 @@ func classify(r *http.Request) requestClass {
 	case strings.HasSuffix(r.URL.Path, "/log") && q.Get("follow") == "true":
 		return classLongRunning
 	case strings.HasPrefix(r.URL.Path, "/knbox/v1/images/load"):
+		return classLongRunning
+	case strings.HasSuffix(r.URL.Path, "/exec") || strings.HasSuffix(r.URL.Path, "/portforward"):
+		// Sessions, as kube-apiserver counts them (pods/exec, portforward).
 		return classLongRunning
 	}
 	switch r.Method {

@@ -1,6 +1,9 @@
 package apiserver
 
 import (
+	"bufio"
+	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -110,4 +113,17 @@ func (s *Server) record(o *observed, method, contentType string, d time.Duration
 		}
 	}
 	return rec
+}
+
+// Hijack lets exec and port-forward upgrade the connection (SPDY,
+// WebSocket) through the wrapper; it counts as 101 Switching Protocols.
+func (o *observed) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := o.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the connection cannot be taken over")
+	}
+	if o.code == 0 {
+		o.code = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
 }

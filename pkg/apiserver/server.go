@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,6 +62,17 @@ type Options struct {
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+	// PodLogs streams one container's output of a Pod (an instance) for
+	// the pods/{name}/log subresource; nil: not served. It returns
+	// ErrNoPreviousContainer when opts.Previous finds no ended run.
+	PodLogs func(ctx context.Context, w io.Writer, pod *corev1.Pod, opts PodLogOptions) error
+	// Exec runs cmd in a container of a Pod's instance for pods/exec
+	// (stdin nil: none; stdout and stderr nil: not wanted) and returns its
+	// exit code; nil: not served.
+	Exec func(ctx context.Context, pod *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	// PortForward connects to a port of a Pod's instance for
+	// pods/portforward; nil: not served.
+	PortForward func(ctx context.Context, pod *corev1.Pod, port int32) (net.Conn, error)
 	// ReadyChecks are checked by /readyz besides the store's free space.
 	ReadyChecks []ReadyCheck
 	// Limits bound what requests may cost; see Limits.
@@ -72,7 +84,7 @@ type Options struct {
 	// serviceaccount.DefaultMaxTokenExpiration.
 	MaxTokenExpiration time.Duration
 	// PodUID returns the UID of the Pod (instance) namespace/name, for
-	// tokens bound to one; nil: tokens cannot be bound to Pods.
+	// tokens bound to one; nil: the Pods the API serves (RunPods).
 	PodUID func(namespace, name string) (types.UID, error)
 	// Metrics, if not nil, serves /metrics, authorized as kube-apiserver
 	// authorizes it (RBAC: get on the non-resource URL /metrics, which the
@@ -116,6 +128,11 @@ type Server struct {
 	authz  *authz.Authorizer
 	tokens *serviceaccount.Signer
 	saAuth *serviceaccount.Authenticator
+
+	// the Pods mirror (pods.go)
+	podsMu   sync.Mutex
+	pods     PodSource
+	podQueue workqueue.RateLimitingInterface
 }
 
 // New builds a Server.
@@ -335,6 +352,21 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			}
 			return
 		case req.subresource == "status" && req.kind.HasStatus:
+		case req.subresource == "exec" && req.kind.Mirror && s.opts.Exec != nil && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+			if err := s.handlePodExec(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "portforward" && req.kind.Mirror && s.opts.PortForward != nil && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+			if err := s.handlePodPortForward(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "log" && req.kind.Mirror && req.kind.Kind == "Pod" && s.opts.PodLogs != nil && r.Method == http.MethodGet:
+			if err := s.handlePodLog(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
 		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
 			if err := s.handleLog(w, r, req); err != nil {
 				writeError(w, err)
@@ -344,6 +376,12 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			notFound()
 			return
 		}
+	}
+	if req.kind.Mirror && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch) {
+		// Pods are the instances' mirror: they change with the instances.
+		verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch"}[r.Method]
+		writeError(w, apierrors.NewMethodNotSupported(req.kind.GroupResource(), verb))
+		return
 	}
 	if req.kind.Namespaced && req.namespace == "" && (req.name != "" || r.Method == http.MethodPost) {
 		notFound()

@@ -167,6 +167,15 @@ func (s *Server) objectUID(kind, namespace, name string) (string, error) {
 			uid, err := s.opts.PodUID(namespace, name)
 			return string(uid), err
 		}
+		// The Pods the API serves (RunPods).
+		o, _, err := s.getStored(s.kinds.Lookup("", "pods"), namespace, name)
+		if err != nil {
+			return "", err
+		}
+		if o.(*corev1.Pod).DeletionTimestamp != nil {
+			return "", fmt.Errorf("pod %s/%s is being deleted", namespace, name)
+		}
+		return string(o.(*corev1.Pod).UID), nil
 	}
 	return "", apierrors.NewBadRequest(fmt.Sprintf("cannot bind token to object of type %s", kind))
 }

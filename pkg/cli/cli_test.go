@@ -817,6 +817,7 @@ func TestAPIResources(t *testing.T) {
 	checkLines(t, out, []string{
 		"NAME SHORTNAMES APIVERSION NAMESPACED KIND",
 		"configurations config,cfg serving.knative.dev/v1 true Configuration",
+		"domainmappings dm serving.knative.dev/v1beta1 true DomainMapping",
 		"revisions rev serving.knative.dev/v1 true Revision",
 		"routes rt serving.knative.dev/v1 true Route",
 		"services kservice,ksvc serving.knative.dev/v1 true Service",

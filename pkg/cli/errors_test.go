@@ -18,7 +18,7 @@ func TestDidYouMean(t *testing.T) {
 		{"get svc", `the server doesn't have a resource type "svc"; did you mean "ksvc"?`},
 		{"get Rts", `the server doesn't have a resource type "Rts"; did you mean "rt"?`},
 		{"get runtime", `the server doesn't have a resource type "runtime"; did you mean "runtimeclass"?`},
-		{"get pods", `the server doesn't have a resource type "pods"`},
+		{"get statefulsets", `the server doesn't have a resource type "statefulsets"`},
 		{"get deployments.apps", `the server doesn't have a resource type "deployments"`},
 		{"get x", `the server doesn't have a resource type "x"`},
 		{"get KSVC", `the server doesn't have a resource type "KSVC"; did you mean "ksvc"?`},

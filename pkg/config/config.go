@@ -125,7 +125,15 @@ type Config struct {
 	// Observability configures /metrics and the access log
 	// (observability.go).
 	Observability Observability `json:"observability,omitempty"`
+	// ClusterDomain is the cluster domain (Kubernetes' --cluster-domain,
+	// Knative's CLUSTER_DOMAIN): Routes' cluster-local addresses are
+	// name.namespace.svc.<ClusterDomain> and instances' search path ends
+	// with it. Default DefaultClusterDomain. Read at start.
+	ClusterDomain string `json:"clusterDomain,omitempty"`
 }
+
+// DefaultClusterDomain is Kubernetes' and Knative's cluster domain.
+const DefaultClusterDomain = "cluster.local"
 
 // Default returns the configuration used when there is no file.
 func Default() *Config {
@@ -181,6 +189,7 @@ func parse(b []byte) (*Config, error) {
 		RuntimeClasses:      f.RuntimeClasses,
 		Restart:             f.Restart,
 		Observability:       f.Observability,
+		ClusterDomain:       f.ClusterDomain,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -230,6 +239,7 @@ type fileConfig struct {
 	RuntimeClasses      RuntimeClasses                        `json:"runtimeClasses"`
 	Restart             Restart                               `json:"restart"`
 	Observability       Observability                         `json:"observability"`
+	ClusterDomain       string                                `json:"clusterDomain"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -278,6 +288,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ConfigMaps == nil {
 		c.ConfigMaps = map[string]map[string]string{}
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = DefaultClusterDomain
 	}
 	c.applyRuntimeDefaults()
 	c.Egress.applyDefaults()
@@ -350,6 +363,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("dataDir: must not be empty")
+	}
+	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+		return fmt.Errorf("clusterDomain: %q: %s", c.ClusterDomain, strings.Join(errs, "; "))
 	}
 	if c.MaxRequestBodyBytes <= 0 {
 		return fmt.Errorf("maxRequestBodyBytes: must be positive, was %d", c.MaxRequestBodyBytes)

@@ -57,7 +57,8 @@ func TestDefaults(t *testing.T) {
 		Limits: Limits{
 			API: APILimits{MaxConnections: 1000, ReadHeaderTimeout: Duration(32 * time.Second), IdleTimeout: Duration(90 * time.Second),
 				MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, MaxLongRunningRequests: 1000,
-				RequestTimeout: Duration(time.Minute), MaxObjectBytes: 1536 << 10},
+				RequestTimeout: Duration(time.Minute), StreamIdleTimeout: Duration(4 * time.Hour),
+				StreamCreationTimeout: Duration(30 * time.Second), MaxObjectBytes: 1536 << 10},
 			Router: ServerLimits{MaxConnections: 10000, ReadHeaderTimeout: Duration(10 * time.Second), IdleTimeout: Duration(90 * time.Second)},
 			Store:  StoreLimits{EventLogSize: 10000, EventLogBytes: 64 << 20, CacheBytes: 16 << 20, WatchBufferBytes: 16 << 20},
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
@@ -70,6 +71,7 @@ func TestDefaults(t *testing.T) {
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
+		ClusterDomain: "cluster.local",
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -358,6 +360,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"unknown nested field", "runtimes:\n  runc:\n    bogus: 1\n", []string{`unknown field "bogus"`}},
 		{"unknown ConfigMap", "configMaps:\n  config-featurs:\n    a: b\n", []string{`"config-featurs"`, "config-features"}},
 		{"bad apiAddr", "apiAddr: localhost\n", []string{"apiAddr", `"localhost"`}},
+		{"bad clusterDomain", "clusterDomain: Corp_Internal\n", []string{"clusterDomain", `"Corp_Internal"`}},
 		{"bad httpAddr port", "httpAddr: 127.0.0.1:http\n", []string{"httpAddr", `"http"`}},
 		{"port out of range", "httpAddr: 127.0.0.1:70000\n", []string{"httpAddr", `"70000"`}},
 		{"negative body limit", "maxRequestBodyBytes: -1\n", []string{"maxRequestBodyBytes"}},

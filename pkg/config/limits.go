@@ -105,6 +105,11 @@ type APILimits struct {
 	// RequestTimeout bounds the reading of a request that is not
 	// long-running.
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
+	// StreamIdleTimeout closes an exec or port-forward session idle this
+	// long; StreamCreationTimeout bounds the time a client has to open a
+	// session's streams (the kubelet's defaults, 4h and 30s).
+	StreamIdleTimeout     Duration `json:"streamIdleTimeout,omitempty"`
+	StreamCreationTimeout Duration `json:"streamCreationTimeout,omitempty"`
 	// MaxObjectBytes bounds a stored object, any kind (etcd's request
 	// limit, which bounds a Kubernetes object: 1.5 MiB).
 	MaxObjectBytes ByteSize `json:"maxObjectBytes,omitempty"`
@@ -171,6 +176,8 @@ const (
 	DefaultMaxMutatingRequestsInFlight = 200
 	DefaultMaxLongRunningRequests      = 1000
 	DefaultRequestTimeout              = 60 * time.Second
+	DefaultStreamIdleTimeout           = 4 * time.Hour
+	DefaultStreamCreationTimeout       = 30 * time.Second
 	DefaultMaxObjectBytes              = 3 << 19 // 1.5 MiB
 
 	DefaultRouterMaxConnections    = 10000
@@ -217,6 +224,8 @@ func (l *Limits) applyDefaults() {
 	defInt(&a.MaxMutatingRequestsInFlight, DefaultMaxMutatingRequestsInFlight)
 	defInt(&a.MaxLongRunningRequests, DefaultMaxLongRunningRequests)
 	defDuration(&a.RequestTimeout, DefaultRequestTimeout)
+	defDuration(&a.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	defDuration(&a.StreamCreationTimeout, DefaultStreamCreationTimeout)
 	defBytes(&a.MaxObjectBytes, DefaultMaxObjectBytes)
 	r := &l.Router
 	defInt(&r.MaxConnections, DefaultRouterMaxConnections)
@@ -290,6 +299,8 @@ func (l *Limits) validate() error {
 	pos("api.maxMutatingRequestsInFlight", int64(a.MaxMutatingRequestsInFlight))
 	pos("api.maxLongRunningRequests", int64(a.MaxLongRunningRequests))
 	posDur("api.requestTimeout", a.RequestTimeout)
+	posDur("api.streamIdleTimeout", a.StreamIdleTimeout)
+	posDur("api.streamCreationTimeout", a.StreamCreationTimeout)
 	pos("api.maxObjectBytes", int64(a.MaxObjectBytes))
 	for _, res := range slices.Sorted(maps.Keys(a.MaxObjectBytesByResource)) {
 		if res == "" || strings.ContainsAny(res, "/ ") {

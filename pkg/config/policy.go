@@ -30,6 +30,12 @@ type Policy struct {
 	// config-features' secure-pod-defaults, which sets it) gets the same
 	// refusal for their own containers.
 	RefuseRoot bool `json:"refuseRoot,omitempty"`
+	// AllowExecProbes lets Revisions have exec readiness and liveness
+	// probes, run with the runtime's exec (runc exec, runsc exec) in the
+	// serving container. Default false: refused at admission, as the
+	// runtime contract says platforms SHOULD (Knative's TestProbeRuntime
+	// needs them allowed).
+	AllowExecProbes bool `json:"allowExecProbes,omitempty"`
 	// SeccompProfile is "" or "RuntimeDefault" (knbox's deny-by-default
 	// profile with an allow list, the default), "Unconfined" (no seccomp
 	// filter: trusted code only), or the absolute path of a JSON file with

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
+	netinformers "knative.dev/networking/pkg/client/informers/externalversions"
 	netcfg "knative.dev/networking/pkg/config"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	informers "knative.dev/serving/pkg/client/informers/externalversions"
@@ -55,7 +56,10 @@ type Options struct {
 	Claims  netclient.Interface
 	Network *netcfg.Config
 	Domain  *routecfg.Domain
-	GC      *gcconfig.Config
+	// ClusterDomain is the cluster domain ("": DefaultClusterDomain):
+	// cluster-local addresses are name.namespace.svc.<ClusterDomain>.
+	ClusterDomain string
+	GC            *gcconfig.Config
 	// HTTPPort is the data plane's port; URLs carry it unless it is 80.
 	HTTPPort int
 	// APIURL is the API server's URL: a revision's status.logUrl is its
@@ -86,11 +90,13 @@ type Controller struct {
 	log    *slog.Logger
 	clock  clock.Clock
 
-	factory   informers.SharedInformerFactory
-	services  listers.ServiceLister
-	configs   listers.ConfigurationLister
-	revisions listers.RevisionLister
-	routes    listers.RouteLister
+	factory informers.SharedInformerFactory
+	// netFactory watches ClusterDomainClaims; nil when Options.Claims is.
+	netFactory netinformers.SharedInformerFactory
+	services   listers.ServiceLister
+	configs    listers.ConfigurationLister
+	revisions  listers.RevisionLister
+	routes     listers.RouteLister
 	// domain is config-domain, replaced by SetDomain.
 	domain atomic.Pointer[routecfg.Domain]
 	// domainMappings is nil when Options.Claims is.
@@ -126,6 +132,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Resync == 0 {
 		opts.Resync = 10 * time.Minute
+	}
+	if opts.ClusterDomain == "" {
+		opts.ClusterDomain = DefaultClusterDomain
 	}
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
 		initialized: make(chan struct{}), events: newRecorders(opts.Recorder)}
@@ -166,6 +175,12 @@ func New(opts Options) (*Controller, error) {
 			c.enqueue(kindDomainMapping, o.GetNamespace(), o.GetName())
 			// A mapping of the same domain in another namespace may
 			// take over the domain.
+			c.enqueueSameDomain(o.GetName())
+		})
+		// A claim made, changed or deleted by hand decides which
+		// namespace's mapping of its domain is served: wake them.
+		c.netFactory = netinformers.NewSharedInformerFactory(opts.Claims, opts.Resync)
+		c.watch(c.netFactory.Networking().V1alpha1().ClusterDomainClaims().Informer(), func(o metaObject) {
 			c.enqueueSameDomain(o.GetName())
 		})
 	}
@@ -228,6 +243,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		workers = 2
 	}
 	c.factory.Start(ctx.Done())
+	if c.netFactory != nil {
+		c.netFactory.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("controller: informers did not sync")
 	}

@@ -390,3 +390,44 @@ func TestSidecarDigests(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterDomain: a cluster-local Route's URLs, and every Route's
+// address, follow the configured cluster domain, as does config-domain's
+// svc.<cluster domain> entry (Knative's way to make every Route local).
+func TestClusterDomain(t *testing.T) {
+	e := prepareEnv(t, map[string]string{})
+	e.clusterDomain = "corp.internal"
+	e.cfg.ConfigMaps["config-domain"] = map[string]string{"svc.corp.internal": "selector:\n  app: secret\n", "example.com": ""}
+	e.startController()
+	s := ksvc("private", "img")
+	s.Labels = map[string]string{"networking.knative.dev/visibility": "cluster-local"}
+	if _, err := e.client.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readyAt("private", "private-00001")
+	if got.Status.URL.String() != "http://private.default.svc.corp.internal" {
+		t.Errorf("url %s", got.Status.URL)
+	}
+	if r, _ := e.routes.Get("default", "private"); !r.ClusterLocal || r.Host != "private.default.svc.corp.internal" {
+		t.Errorf("routing table: %+v", r)
+	}
+	s = ksvc("secret", "img")
+	s.Labels = map[string]string{"app": "secret"}
+	if _, err := e.client.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got = e.readyAt("secret", "secret-00001")
+	if got.Status.URL.String() != "http://secret.default.svc.corp.internal" {
+		t.Errorf("config-domain's svc.<cluster domain>: url %s", got.Status.URL)
+	}
+	if _, err := e.client.ServingV1().Services("default").Create(context.Background(), ksvc("public", "img"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got = e.readyAt("public", "public-00001")
+	if got.Status.Address == nil || got.Status.Address.URL.String() != "http://public.default.svc.corp.internal" {
+		t.Errorf("address %+v", got.Status.Address)
+	}
+	if !strings.HasPrefix(got.Status.URL.String(), "http://public.default.example.com") {
+		t.Errorf("public url %s", got.Status.URL)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
@@ -141,9 +142,24 @@ type env struct {
 	routes  *routing.Table
 	cfg     *config.Config
 	stopCtl func()
+	// claims, when set, makes the controller reconcile DomainMappings.
+	claims netclient.Interface
+	// resync is the controller's resync period (0: a second).
+	resync time.Duration
+	// clusterDomain is Options.ClusterDomain.
+	clusterDomain string
 }
 
 func newEnv(t *testing.T, gc map[string]string) *env {
+	t.Helper()
+	e := prepareEnv(t, gc)
+	e.startController()
+	return e
+}
+
+// prepareEnv is newEnv without starting the controller, so that the test
+// can set the env's options first.
+func prepareEnv(t *testing.T, gc map[string]string) *env {
 	t.Helper()
 	api := apiservertest.Start(t, "")
 	cl, err := servingclient.NewForConfig(api.Config)
@@ -158,9 +174,7 @@ func newEnv(t *testing.T, gc map[string]string) *env {
 	if gc != nil {
 		cfg.ConfigMaps = map[string]map[string]string{"config-gc": gc}
 	}
-	e := &env{t: t, api: api, client: cl, dyn: dyn, rt: newFakeRuntime(), scaler: newFakeScaler(), routes: routing.NewTable(), cfg: cfg}
-	e.startController()
-	return e
+	return &env{t: t, api: api, client: cl, dyn: dyn, rt: newFakeRuntime(), scaler: newFakeScaler(), routes: routing.NewTable(), cfg: cfg}
 }
 
 func (e *env) startController() {
@@ -184,10 +198,14 @@ func (e *env) startController() {
 	ctx, cancel := context.WithCancel(context.Background())
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	resync := e.resync
+	if resync == 0 {
+		resync = time.Second
+	}
 	c, err := controller.New(controller.Options{
-		Client: e.client, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
+		Client: e.client, Claims: e.claims, ClusterDomain: e.clusterDomain, Runtime: e.rt, Scaler: e.scaler, Routes: e.routes, Network: net, Domain: dom, GC: gc, HTTPPort: 8080,
 		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: resync,
 		Recorder: controller.Recorders(events),
 	})
 	if err != nil {

@@ -23,9 +23,14 @@ import (
 	"github.com/knbox/knbox/pkg/routing"
 )
 
-// clusterLocalDomain is Knative's in-cluster domain; routes labelled
-// cluster-local are addressed there and not served to external clients.
-const clusterLocalDomain = "svc.cluster.local"
+// DefaultClusterDomain is Knative's cluster domain, Options.ClusterDomain's
+// default.
+const DefaultClusterDomain = "cluster.local"
+
+// clusterLocalDomain is the in-cluster domain, svc.<cluster domain>; routes
+// labelled cluster-local are addressed there and not served to external
+// clients.
+func (c *Controller) clusterLocalDomain() string { return "svc." + c.opts.ClusterDomain }
 
 // targetError is a traffic target that cannot be resolved yet (or ever).
 type targetError struct {
@@ -119,6 +124,7 @@ func (c *Controller) execTemplate(tmpl string, d domainData) (string, error) {
 // domain-template and tag-template and config-domain.
 func (c *Controller) hosts(rt *servingv1.Route, tags []string) (host string, tagHosts map[string]string, local bool, err error) {
 	local = rt.Labels[networking.VisibilityLabelKey] == serving.VisibilityClusterLocal
+	clusterLocalDomain := c.clusterLocalDomain()
 	domain := clusterLocalDomain
 	if !local {
 		domain = c.domain.Load().LookupDomainForLabels(rt.Labels)
@@ -200,7 +206,7 @@ func (c *Controller) reconcileRoute(ctx context.Context, ns, name string) error 
 	if local {
 		rt.Status.URL = &apis.URL{Scheme: "http", Host: host}
 	}
-	rt.Status.Address = &duckv1.Addressable{URL: &apis.URL{Scheme: "http", Host: name + "." + ns + "." + clusterLocalDomain}}
+	rt.Status.Address = &duckv1.Addressable{URL: &apis.URL{Scheme: "http", Host: name + "." + ns + "." + c.clusterLocalDomain()}}
 
 	traffic, err := c.resolveTraffic(rt)
 	if te, ok := err.(*targetError); ok {

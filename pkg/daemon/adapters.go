@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/replicas"
 	"github.com/knbox/knbox/pkg/router"
@@ -50,6 +52,25 @@ func (a controllerRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) 
 }
 
 var _ controller.Runtime = controllerRuntime{}
+
+// podSource shows the revision manager's instances to the API as Pods.
+type podSource struct{ m *replicas.Manager }
+
+func (a podSource) Pods() []*corev1.Pod { return a.m.Pods() }
+
+func (a podSource) Pod(namespace, name string) (*corev1.Pod, bool) { return a.m.Pod(namespace, name) }
+
+func (a podSource) SubscribePods(f func(namespace, name string)) { a.m.SubscribePods(f) }
+
+// DeletePod: an instance that is gone already is deleted.
+func (a podSource) DeletePod(namespace, name string) error {
+	if err := a.m.DeletePod(namespace, name); err != nil && !errors.Is(err, replicas.ErrNoInstance) {
+		return err
+	}
+	return nil
+}
+
+var _ apiserver.PodSource = podSource{}
 
 // instanceEvents records the revision manager's instance events as the
 // kubelet records a pod's: source component "kubelet" and this host.

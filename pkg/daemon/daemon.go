@@ -31,6 +31,7 @@ import (
 
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -68,6 +69,10 @@ const KubeconfigFile = "kubeconfig"
 
 // ControllerUser is the identity the in-process controllers act as.
 const ControllerUser = "system:knbox:controller"
+
+// maxTailLines bounds pods/log's tailLines (an instance's log holds far
+// fewer lines: 20 MiB at most).
+const maxTailLines = 1 << 22
 
 // stopTimeout bounds stopping the instances at exit.
 const stopTimeout = 30 * time.Second
@@ -190,6 +195,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	var podRuntime atomic.Pointer[pod.Runtime]    // set once the pod runtime exists
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Pod Security admission judges what the instances' policy makes of
@@ -230,6 +236,38 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
+		Exec: func(rctx context.Context, p *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+			rt := podRuntime.Load()
+			if rt == nil {
+				return -1, errors.New("the pod runtime is starting")
+			}
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return rt.Exec(rctx, p.Annotations[replicas.AnnotationInstance], container, runtime.ExecProcess{Args: cmd, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+		},
+		PortForward: func(rctx context.Context, p *corev1.Pod, port int32) (net.Conn, error) {
+			rt := podRuntime.Load()
+			if rt == nil {
+				return nil, errors.New("the pod runtime is starting")
+			}
+			return rt.DialPort(rctx, p.Annotations[replicas.AnnotationInstance], port)
+		},
+		PodLogs: func(rctx context.Context, w io.Writer, p *corev1.Pod, o apiserver.PodLogOptions) error {
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			co := logs.CopyOptions{Follow: o.Follow, Since: o.Since, Timestamps: o.Timestamps, Previous: o.Previous,
+				RunEnd: pod.RunEnded, Select: pod.ContainerLines(o.Container, len(p.Spec.Containers))}
+			if o.TailLines != nil {
+				co.Tail, co.HasTail = int(min(*o.TailLines, maxTailLines)), true
+			}
+			err := logStore.CopyInstance(rctx, p.Namespace, p.Labels[replicas.LabelRevision], p.Annotations[replicas.AnnotationInstance], co, w)
+			if errors.Is(err, logs.ErrNoPreviousRun) {
+				return apiserver.ErrNoPreviousContainer
+			}
+			return err
 		},
 	})
 	if err != nil {
@@ -325,7 +363,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	// Instances' names and calls to other services, served inside their
 	// network namespaces; the router serves them once it exists.
-	instNet := newInstanceNet(upstream, log.With("component", "instance-network"))
+	instNet := newInstanceNet(cfg.ClusterDomain, upstream, log.With("component", "instance-network"))
+	instNet.tokens = srv
 	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
 	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()
@@ -361,6 +400,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
+	podRuntime.Store(pods)
 	adopted, err := pods.Recover(runCtx)
 	if err != nil {
 		log.Warn("recovering pods of a previous run", "err", err)
@@ -387,6 +427,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// ledger admission checks new Revisions against.
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		ExecProbes:          cfg.Policy.AllowExecProbes,
 		Event:               instanceEvents(events),
 		ProgressDeadline:    dep.ProgressDeadline,
 		Logger:              log.With("component", "replicas"),
@@ -406,9 +447,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			as.Poke(autoscaler.Key(ns, rev))
 			mgr.Poke(ns, rev)
 		},
-		External: true,
-		Observer: mtr,
-		Logger:   log.With("component", "router"),
+		External:      true,
+		ClusterDomain: cfg.ClusterDomain,
+		Observer:      mtr,
+		Logger:        log.With("component", "router"),
 	})
 	if err != nil {
 		return err
@@ -433,7 +475,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 4)
+	done := make(chan struct{}, 5)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
@@ -454,6 +496,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	case <-socks.Requested():
 	}
 	waitReady(runCtx, pods, adopted, adoptedReadyWait)
+	// The instances as Pods on the API, once those of an earlier run are
+	// adopted (their Pods keep their UIDs).
+	go func() { defer func() { done <- struct{}{} }(); srv.RunPods(runCtx, podSource{mgr}) }()
 	// Plain HTTP: the router's own server (its fast path for HTTP/1.1,
 	// net/http with h2c for the rest), with the listener's limits.
 	dataHandler := h2c.NewHandler(rt, routerListen(cfg).H2C())
@@ -525,7 +570,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		shutdown(metricsSrv, apiShutdownTimeout)
 	}
 	cancel()
-	for range 4 {
+	for range 5 {
 		<-done
 	}
 	inputs.Shutdown()
@@ -671,7 +716,7 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 	}
 	return controller.New(controller.Options{
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
-		Network: network, Domain: domain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
+		Network: network, Domain: domain, ClusterDomain: cfg.ClusterDomain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
 		Logger:   log.With("component", "controller"),
 	})

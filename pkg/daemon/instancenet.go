@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 	"io"
 	"log/slog"
 	"net"
@@ -47,6 +48,8 @@ type instanceNet struct {
 	resolver *dns.Resolver
 	log      *slog.Logger
 	domain   string
+	// tokens issues the metadata service's identity tokens (nil: none).
+	tokens serviceaccount.TokenIssuer
 	// newServer makes the router's Server for one namespace's instances.
 	newServer func(namespace string) *router.Server
 
@@ -64,9 +67,12 @@ type pendingListener struct {
 
 // newInstanceNet returns the instances' network services; upstream are the
 // name servers other names are forwarded to (nil: NXDOMAIN).
-func newInstanceNet(upstream []string, log *slog.Logger) *instanceNet {
-	n := &instanceNet{log: log, domain: dns.DefaultDomain, servers: map[string]*router.Server{}}
-	n.resolver = &dns.Resolver{Router: instanceAddr, Upstream: upstream, Exists: n.exists}
+func newInstanceNet(clusterDomain string, upstream []string, log *slog.Logger) *instanceNet {
+	if clusterDomain == "" {
+		clusterDomain = dns.DefaultDomain
+	}
+	n := &instanceNet{log: log, domain: clusterDomain, servers: map[string]*router.Server{}}
+	n.resolver = &dns.Resolver{Domain: clusterDomain, Router: instanceAddr, Upstream: upstream, Exists: n.exists}
 	return n
 }
 
@@ -140,7 +146,7 @@ func (n *instanceNet) attach(ctx context.Context, spec *pod.Spec, ns *network.NS
 		if err != nil {
 			return "", nil, fmt.Errorf("the metadata service's listener: %w", err)
 		}
-		att.meta = serveMetadata(ln, spec)
+		att.meta = serveMetadata(ln, spec, n.tokens)
 	}
 	if routerPort {
 		// Shared (SO_REUSEPORT): a successor knbox adopting the instance

@@ -56,6 +56,8 @@ func apiLimits(cfg *config.Config) apiserver.Limits {
 		MaxMutatingRequestsInFlight: a.MaxMutatingRequestsInFlight,
 		MaxLongRunningRequests:      a.MaxLongRunningRequests,
 		RequestTimeout:              a.RequestTimeout.D(),
+		StreamIdleTimeout:           a.StreamIdleTimeout.D(),
+		StreamCreationTimeout:       a.StreamCreationTimeout.D(),
 		EventTTL:                    cfg.Limits.Events.TTL.D(),
 		MaxEventsPerNamespace:       cfg.Limits.Events.MaxPerNamespace,
 		// knbox's own controllers, as system:masters, are never turned away.

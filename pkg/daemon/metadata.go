@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/replicas"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 // The metadata service (the runtime contract's MAY): every instance reaches,
@@ -20,9 +25,18 @@ import (
 //	                          revision, instance, hostname (the host's),
 //	                          region and zone ("local")
 //	GET /v1/instance/<field>  that field as text
+//	GET /v1/instance/service-accounts/default/identity?audience=AUD
+//	                          an identity token (a JWT, as text) for the
+//	                          audience AUD, as Cloud Run's metadata server
+//	                          hands them out (also at Cloud Run's path,
+//	                          /computeMetadata/v1/instance/...): a
+//	                          ServiceAccount token of the instance's
+//	                          ServiceAccount, valid identityTokenSeconds,
+//	                          signed by the API server's issuer, so that
+//	                          TokenReview and OIDC-style verifiers accept it
 //
 // An instance whose containers declare port 8181 keeps it, without the
-// service. Identity tokens are not served yet.
+// service.
 const instanceMetadataPort = 8181
 
 // instanceMetadata is what the metadata service tells an instance.
@@ -35,13 +49,23 @@ type instanceMetadata struct {
 	Hostname      string `json:"hostname"`
 	Region        string `json:"region"`
 	Zone          string `json:"zone"`
+	// ServiceAccount is the instance's ServiceAccount; "" for an instance
+	// started before knbox labelled it (it gets no identity token).
+	ServiceAccount string `json:"-"`
 }
+
+// identityTokenSeconds is the lifetime of an identity token, Cloud Run's
+// (one hour; capped by serviceAccounts.maxTokenExpirationSeconds).
+const identityTokenSeconds = 3600
+
+// issueTimeout bounds one token's issue (a cache read and a signature).
+const issueTimeout = 10 * time.Second
 
 // metadataOf is spec's identity, from its labels and the serving
 // container's K_* environment (which replicas sets as Knative does).
 func metadataOf(spec *pod.Spec) instanceMetadata {
 	m := instanceMetadata{Namespace: spec.Labels[replicas.LabelNamespace], Revision: spec.Labels[replicas.LabelRevision],
-		Instance: spec.ID, Region: "local", Zone: "local"}
+		Instance: spec.ID, Region: "local", Zone: "local", ServiceAccount: spec.Labels[replicas.LabelServiceAccount]}
 	m.Hostname, _ = os.Hostname()
 	if spec.Serving >= 0 && spec.Serving < len(spec.Containers) {
 		for _, e := range spec.Containers[spec.Serving].Env {
@@ -56,8 +80,8 @@ func metadataOf(spec *pod.Spec) instanceMetadata {
 	return m
 }
 
-// metadataHandler serves m.
-func metadataHandler(m instanceMetadata) http.Handler {
+// metadataHandler serves m, with identity tokens from tokens (nil: none).
+func metadataHandler(m instanceMetadata, tokens serviceaccount.TokenIssuer) http.Handler {
 	fields := map[string]string{"namespace": m.Namespace, "service": m.Service, "configuration": m.Configuration,
 		"revision": m.Revision, "instance": m.Instance, "hostname": m.Hostname, "region": m.Region, "zone": m.Zone}
 	body, _ := json.Marshal(m)
@@ -75,6 +99,18 @@ func metadataHandler(m instanceMetadata) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte(v))
 	})
+	identity := func(w http.ResponseWriter, r *http.Request) {
+		code, text := identityToken(r, m, tokens)
+		if code != http.StatusOK {
+			http.Error(w, text, code)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write([]byte(text))
+	}
+	mux.HandleFunc("GET /v1/instance/service-accounts/default/identity", identity)
+	mux.HandleFunc("GET /computeMetadata/v1/instance/service-accounts/default/identity", identity)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Metadata-Flavor", "knbox")
 		if f := r.Header.Get("Metadata-Flavor"); f != "knbox" && f != "Google" {
@@ -85,10 +121,45 @@ func metadataHandler(m instanceMetadata) http.Handler {
 	})
 }
 
+// identityToken answers a request for an identity token: the status and
+// the token, or the status and why not.
+func identityToken(r *http.Request, m instanceMetadata, tokens serviceaccount.TokenIssuer) (int, string) {
+	q := r.URL.Query()
+	aud := q["audience"]
+	switch {
+	case len(aud) == 0 || aud[0] == "":
+		return http.StatusBadRequest, "audience: required (?audience=https://callee.example)"
+	case len(aud) > 1:
+		return http.StatusBadRequest, "audience: give one audience"
+	}
+	if tokens == nil {
+		return http.StatusNotFound, "this knbox issues no ServiceAccount tokens"
+	}
+	if m.ServiceAccount == "" {
+		return http.StatusNotFound, "this instance was started without its ServiceAccount label: identity tokens need a new instance"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), issueTimeout)
+	defer cancel()
+	tok, _, err := tokens.Issue(ctx, m.Namespace, m.ServiceAccount, aud, identityTokenSeconds, nil)
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+		return http.StatusOK, tok
+	case apierrors.IsNotFound(err):
+		return http.StatusNotFound, "serviceaccount " + m.Namespace + "/" + m.ServiceAccount + ": " + err.Error()
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return http.StatusBadRequest, "audience: " + err.Error()
+	case errors.As(err, &status) && status.Status().Code >= 400 && status.Status().Code < 500:
+		return int(status.Status().Code), err.Error()
+	default:
+		return http.StatusServiceUnavailable, "identity token: " + err.Error()
+	}
+}
+
 // serveMetadata serves spec's metadata on ln until the returned server is
-// closed.
-func serveMetadata(ln net.Listener, spec *pod.Spec) *http.Server {
-	s := &http.Server{Handler: metadataHandler(metadataOf(spec)), ReadHeaderTimeout: 10 * time.Second,
+// closed; tokens issues identity tokens (nil: none).
+func serveMetadata(ln net.Listener, spec *pod.Spec, tokens serviceaccount.TokenIssuer) *http.Server {
+	s := &http.Server{Handler: metadataHandler(metadataOf(spec), tokens), ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 90 * time.Second, MaxHeaderBytes: 16 << 10}
 	go func() { _ = s.Serve(ln) }()
 	return s

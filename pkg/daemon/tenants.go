@@ -28,6 +28,8 @@ func newAdmitter(cfg *config.Config, serving *servingcfg.Config, policy oci.Poli
 			DefaultAllowed: cfg.RuntimeClasses.DefaultAllowed,
 		},
 		InstanceDefaults: func(pod *corev1.PodSpec) { oci.Declare(pod, policy) },
+		AllowExecProbes:  cfg.Policy.AllowExecProbes,
+		ClusterDomain:    cfg.ClusterDomain,
 		Logger:           log.With("component", "admission"),
 	}, nil
 }

@@ -189,16 +189,134 @@ type CopyOptions struct {
 	Follow bool
 	// Since skips records before it.
 	Since time.Time
+	// Tail, if >= 0 (with HasTail), writes only the last Tail lines of
+	// what is there, then follows from there.
+	Tail    int
+	HasTail bool
+	// Timestamps starts each line with its record's time (RFC 3339 with
+	// nanoseconds) and a space, as the kubelet's timestamps option does.
+	Timestamps bool
+	// Select, if set, decides which records are written; it may change
+	// the record's message (strip a tag).
+	Select func(r *Record) bool
+	// RunEnd, if set, says which records end a run of the containers (a
+	// restart); Previous then writes only the records of the last run
+	// that ended, up to and including its end (without Follow).
+	RunEnd   func(r *Record) bool
+	Previous bool
 }
+
+// ErrNoPreviousRun: Previous asked for a run that ended, and none did.
+var ErrNoPreviousRun = errors.New("no previous run ended")
 
 // CopyDir writes the messages of the records of the log files in dir,
 // merged in time order, one line each (a partial record continues on the
 // next one's line), to w.
 func CopyDir(ctx context.Context, dir string, o CopyOptions, w io.Writer) error {
-	paths, err := files(dir)
+	return copyFiles(ctx, func() ([]string, error) { return files(dir) }, dir, o, w)
+}
+
+// CopyFile is CopyDir of one instance's log file (its rotated file
+// included); following it ends as CopyDir's when the file's directory is
+// removed.
+func CopyFile(ctx context.Context, path string, o CopyOptions, w io.Writer) error {
+	dir := filepath.Dir(path)
+	list := func() ([]string, error) {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err
+		}
+		_, err1 := os.Stat(path)
+		_, err2 := os.Stat(path + ".1")
+		if err1 != nil && err2 != nil {
+			return nil, nil
+		}
+		return []string{path}, nil
+	}
+	return copyFiles(ctx, list, path, o, w)
+}
+
+// runs counts the ended runs in the log files list returns.
+func runs(list func() ([]string, error), end func(*Record) bool) (int, error) {
+	paths, err := list()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	n := 0
+	for _, p := range paths {
+		src := newSource(p)
+		for r := src.peek(); r != nil; r = src.peek() {
+			if end(r) {
+				n++
+			}
+			src.pop()
+		}
+		src.close()
+	}
+	return n, nil
+}
+
+// tailBuffer keeps the last n lines written to it.
+type tailBuffer struct {
+	n     int
+	lines [][]byte
+	cur   []byte
+	open  bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			t.cur = append(t.cur, p...)
+			t.open = true
+			return n, nil
+		}
+		t.cur = append(t.cur, p[:i+1]...)
+		t.lines = append(t.lines, t.cur)
+		t.cur, t.open = nil, false
+		if len(t.lines) > t.n {
+			t.lines[0] = nil
+			t.lines = t.lines[1:]
+		}
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (t *tailBuffer) flush(w io.Writer) error {
+	for _, l := range t.lines {
+		if _, err := w.Write(l); err != nil {
+			return err
+		}
+	}
+	if t.open && t.n > 0 {
+		_, err := w.Write(t.cur)
+		return err
+	}
+	return nil
+}
+
+func copyFiles(ctx context.Context, list func() ([]string, error), what string, o CopyOptions, w io.Writer) error {
+	from, until := 0, -1 // the runs to write: [from, until], -1 open
+	if o.Previous {
+		if o.RunEnd == nil {
+			return ErrNoPreviousRun
+		}
+		n, err := runs(list, o.RunEnd)
+		if err != nil {
+			return fmt.Errorf("logs %s: %w", what, err)
+		}
+		if n == 0 {
+			return ErrNoPreviousRun
+		}
+		from, until = n-1, n-1
+		o.Follow = false
+	}
+	paths, err := list()
 	existed := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("logs %s: %w", dir, err)
+		return fmt.Errorf("logs %s: %w", what, err)
 	}
 	known := map[string]*source{}
 	var all []*source
@@ -217,14 +335,35 @@ func CopyDir(ctx context.Context, dir string, o CopyOptions, w io.Writer) error 
 	for _, p := range paths {
 		add(p)
 	}
-	bw := bufio.NewWriter(w)
+	var out io.Writer = w
+	var tb *tailBuffer
+	if o.HasTail {
+		tb = &tailBuffer{n: max(o.Tail, 0)}
+		out = tb
+	}
+	bw := bufio.NewWriter(out)
+	run := 0
+	lineOpen := false
 	emit := func(r *Record) error {
-		if r.At.Before(o.Since) {
+		inRun := run >= from && (until < 0 || run <= until)
+		if o.RunEnd != nil && o.RunEnd(r) {
+			run++
+		}
+		if !inRun || r.At.Before(o.Since) {
 			return nil
+		}
+		if o.Select != nil && !o.Select(r) {
+			return nil
+		}
+		if o.Timestamps && !lineOpen {
+			if _, err := bw.WriteString(r.At.UTC().Format(time.RFC3339Nano) + " "); err != nil {
+				return err
+			}
 		}
 		if _, err := bw.Write(r.Msg); err != nil {
 			return err
 		}
+		lineOpen = r.Partial
 		if !r.Partial {
 			return bw.WriteByte('\n')
 		}
@@ -255,6 +394,12 @@ func CopyDir(ctx context.Context, dir string, o CopyOptions, w io.Writer) error 
 	if err := drain(); err != nil {
 		return err
 	}
+	if tb != nil {
+		if err := tb.flush(w); err != nil {
+			return err
+		}
+		bw.Reset(w)
+	}
 	if !o.Follow {
 		return nil
 	}
@@ -266,7 +411,7 @@ func CopyDir(ctx context.Context, dir string, o CopyOptions, w io.Writer) error 
 			return nil
 		case <-t.C:
 		}
-		paths, err := files(dir)
+		paths, err := list()
 		switch {
 		case err == nil:
 			existed = true

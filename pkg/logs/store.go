@@ -74,6 +74,16 @@ func (s *Store) Copy(ctx context.Context, namespace, name string, o CopyOptions,
 	return CopyDir(ctx, dir, o, w)
 }
 
+// CopyInstance writes one instance's logs as Copy writes a group's; a
+// follow ends when the group is removed.
+func (s *Store) CopyInstance(ctx context.Context, namespace, name, id string, o CopyOptions, w io.Writer) error {
+	path, err := s.Path(namespace, name, id)
+	if err != nil {
+		return err
+	}
+	return CopyFile(ctx, path, o, w)
+}
+
 // Remove deletes a group's logs.
 func (s *Store) Remove(namespace, name string) error {
 	dir, err := s.Dir(namespace, name)

@@ -691,7 +691,7 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			p.readiness(pctx, &prober{probe: rp, port: p.spec.Port, h2c: p.spec.H2C, dial: p.dial})
+			p.readiness(pctx, &prober{probe: rp, port: p.spec.Port, h2c: p.spec.H2C, dial: p.dial, exec: p.execProbe})
 		}()
 	} else {
 		p.setReady(true) // no probe: ready once started
@@ -700,7 +700,7 @@ func (p *pod) supervise(ctx context.Context) (f *Failure, stopped bool) {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			p.liveness(pctx, &prober{probe: lp, port: p.spec.Port, h2c: p.spec.H2C, dial: p.dial}, restart)
+			p.liveness(pctx, &prober{probe: lp, port: p.spec.Port, h2c: p.spec.H2C, dial: p.dial, exec: p.execProbe}, restart)
 		}()
 	}
 	stopProbes := func() {

@@ -40,6 +40,9 @@ type prober struct {
 	port  int32
 	h2c   bool
 	dial  dialFunc
+	// exec runs an exec probe's command in the serving container and
+	// returns its exit code and (the start of) its output.
+	exec func(ctx context.Context, cmd []string) (int, string, error)
 
 	rt http.RoundTripper // made on first use; keeps no connection between probes
 }
@@ -70,11 +73,21 @@ func (p *prober) transport(scheme string) http.RoundTripper {
 
 // CheckProbe refuses probes the runtime contract does not allow: only
 // httpGet and tcpSocket run (exec and grpc are refused).
-func CheckProbe(what string, p *corev1.Probe) error {
+func CheckProbe(what string, p *corev1.Probe) error { return checkProbe(what, p, false) }
+
+// CheckProbeExec is CheckProbe for an operator who allows exec probes
+// (run with the handler's exec in the serving container).
+func CheckProbeExec(what string, p *corev1.Probe) error { return checkProbe(what, p, true) }
+
+func checkProbe(what string, p *corev1.Probe, execOK bool) error {
 	if p == nil {
 		return nil
 	}
 	switch {
+	case p.Exec != nil && execOK:
+		if len(p.Exec.Command) == 0 {
+			return fmt.Errorf("%s: exec.command: Required value", what)
+		}
 	case p.Exec != nil:
 		return fmt.Errorf("%s: exec probes are not supported: use httpGet or tcpSocket", what)
 	case p.GRPC != nil:
@@ -125,6 +138,19 @@ func (p *prober) check(ctx context.Context) error {
 	defer cancel()
 	if p.probe != nil && p.probe.HTTPGet != nil {
 		return p.checkHTTP(ctx, p.probe.HTTPGet)
+	}
+	if p.probe != nil && p.probe.Exec != nil {
+		if p.exec == nil {
+			return fmt.Errorf("exec probes are not supported")
+		}
+		code, out, err := p.exec(ctx, p.probe.Exec.Command)
+		switch {
+		case err != nil:
+			return fmt.Errorf("exec probe: %w", err)
+		case code != 0:
+			return fmt.Errorf("exec probe: command %q exited with %d: %s", p.probe.Exec.Command, code, out)
+		}
+		return nil
 	}
 	port := p.port
 	if p.probe != nil && p.probe.TCPSocket != nil && p.probe.TCPSocket.Port.IntValue() > 0 {

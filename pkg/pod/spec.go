@@ -51,6 +51,9 @@ type Spec struct {
 	// containers are restarted (a failed liveness probe, a sibling's exit);
 	// Stop names its own.
 	GracePeriod time.Duration `json:"gracePeriod"`
+	// ExecProbes allows exec probes (the operator's switch): they run with
+	// the handler's exec (runtime.Execer) in the serving container.
+	ExecProbes bool `json:"execProbes,omitempty"`
 	// PullSecrets are the image pull credentials (kubernetes.io/dockerconfigjson
 	// or dockercfg Secrets). They are not written to disk.
 	PullSecrets []corev1.Secret `json:"-"`
@@ -132,7 +135,7 @@ func (s *Spec) validate() error {
 		what  string
 		probe *corev1.Probe
 	}{{"readinessProbe", sc.ReadinessProbe}, {"livenessProbe", sc.LivenessProbe}} {
-		if err := CheckProbe(p.what, p.probe); err != nil {
+		if err := checkProbe(p.what, p.probe, s.ExecProbes); err != nil {
 			return fmt.Errorf("pod %s: %w", s.ID, err)
 		}
 	}

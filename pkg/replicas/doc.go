@@ -82,6 +82,17 @@
 // terminationGracePeriodSeconds). Scale down stops instances that are not
 // ready first, then the newest.
 //
+// # Pods
+//
+// Pods, Pod and SubscribePods show the instances as the core/v1 Pods
+// Knative's Deployment would make (named after the instance, with the
+// revision's labels, serving.knative.dev/revision and revisionUID, app,
+// owned by the Revision, with phase, conditions and container statuses
+// from the pod runtime: every container shares the instance's restart
+// count, since an instance restarts as a whole); the API server mirrors
+// them. DeletePod stops one instance as a scale-down does and the
+// revision replaces it, as a ReplicaSet replaces a deleted pod.
+//
 // # Logs
 //
 // Each instance's output goes to the log store (package logs) as group

@@ -109,6 +109,10 @@ type Options struct {
 	// it is gone. Set it only where the API serves ResourceQuotas (the
 	// Manager watches them).
 	Quota Quota
+	// ExecProbes allows exec probes (the operator's switch; the runtime
+	// contract says platforms should refuse them): they run with the
+	// handler's exec in the serving container.
+	ExecProbes bool
 	// DefaultRuntimeClass is the RuntimeClass of revisions that name none;
 	// "" means handler DefaultHandler ("runc") directly.
 	DefaultRuntimeClass string
@@ -155,6 +159,8 @@ type Manager struct {
 
 	subsMu sync.RWMutex
 	subs   []func(namespace, name string)
+	// podSubs are told about every instance's changes (SubscribePods).
+	podSubs []func(namespace, name string)
 }
 
 // New returns a Manager.
@@ -622,4 +628,8 @@ const (
 	LabelNamespace   = "knbox.dev/namespace"
 	LabelRevision    = "serving.knative.dev/revision"
 	LabelRevisionUID = "serving.knative.dev/revisionUID"
+	// LabelServiceAccount is the ServiceAccount the instance runs as
+	// ("default" when the Revision names none): the metadata service
+	// issues its identity tokens for it.
+	LabelServiceAccount = "knbox.dev/service-account"
 )

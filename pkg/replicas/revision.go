@@ -156,8 +156,10 @@ type instance struct {
 	ready    bool
 	pulling  bool
 	stopping bool
-	exposed  bool // handed out by Endpoints since the last Drained
-	failures int  // the pod's failures already reported
+	// stoppingAt is when the stop began (the Pod's deletionTimestamp).
+	stoppingAt time.Time
+	exposed    bool // handed out by Endpoints since the last Drained
+	failures   int  // the pod's failures already reported
 	// refresh is when the instance's ServiceAccount tokens are to be
 	// issued again (zero: it has none).
 	refresh time.Time
@@ -183,7 +185,7 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		instances: map[string]*instance{},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
-	r.spec, r.static = runSpecFor(r.rev)
+	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
 	// its deployment probe: it runs what the autoscaler says.
@@ -235,7 +237,7 @@ func (r *revision) claim(sts []pod.Status) (claimed []string, stale []pod.Status
 // probes are used: sidecars' probes matter to Knative only under the
 // multi-container-probing feature (off by default, and Knative's
 // validation then allows none), so they are dropped.
-func runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
+func runSpecFor(rev *servingv1.Revision, execProbes bool) (runSpec, *failure) {
 	s := runSpec{port: 8080, timeout: defaultTimeout}
 	for i := range rev.Spec.Containers {
 		c := *rev.Spec.Containers[i].DeepCopy()
@@ -280,7 +282,11 @@ func runSpecFor(rev *servingv1.Revision) (runSpec, *failure) {
 		what  string
 		probe *corev1.Probe
 	}{{"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}, {"startupProbe", c.StartupProbe}} {
-		if err := pod.CheckProbe(p.what, p.probe); err != nil {
+		check := pod.CheckProbe
+		if execProbes {
+			check = pod.CheckProbeExec
+		}
+		if err := check(p.what, p.probe); err != nil {
 			return s, &failure{kind: failStatic, reason: ReasonUnsupportedProbe, message: err.Error()}
 		}
 	}
@@ -335,9 +341,10 @@ func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh tim
 	spec = pod.Spec{
 		ID: id,
 		Labels: map[string]string{
-			LabelNamespace:   r.key.namespace,
-			LabelRevision:    r.key.name,
-			LabelRevisionUID: string(rev.UID),
+			LabelNamespace:      r.key.namespace,
+			LabelRevision:       r.key.name,
+			LabelRevisionUID:    string(rev.UID),
+			LabelServiceAccount: serviceAccountName(&rev.Spec.PodSpec),
 		},
 		Handler:     handler,
 		Security:    rev.Spec.SecurityContext,
@@ -347,6 +354,7 @@ func (r *revision) podSpecLocked(id, handler string) (spec pod.Spec, refresh tim
 		H2C:         s.h2c,
 		GracePeriod: s.timeout,
 		PullSecrets: m.pullSecrets(rev),
+		ExecProbes:  m.opts.ExecProbes,
 	}
 	if spec.LogPath, err = m.opts.Logs.Path(r.key.namespace, r.key.name, id); err != nil {
 		return pod.Spec{}, refresh, err
@@ -663,7 +671,7 @@ func (r *revision) reconcile() time.Duration {
 			return b.born.Compare(a.born)
 		})
 		for _, in := range live[:extra] {
-			in.stopping = true
+			in.stopping, in.stoppingAt = true, time.Now()
 			toStop = append(toStop, in)
 		}
 		changed = true
@@ -955,6 +963,7 @@ func (r *revision) newInstanceIDLocked() string {
 // podChanged takes a pod's status into the instance: readiness, pulling,
 // and a failure the revision has not seen yet.
 func (r *revision) podChanged(id string) {
+	defer r.m.notifyPod(r.key.namespace, PodName(r.key.name, id))
 	st, ok := r.m.opts.Pods.Status(id)
 	r.mu.Lock()
 	in := r.instances[id]
@@ -1052,6 +1061,7 @@ func (r *revision) instanceEnded(in *instance) {
 		release()
 	}
 	r.m.untrackPod(in.id)
+	r.m.notifyPod(r.key.namespace, PodName(r.key.name, in.id))
 	if err := r.m.opts.Logs.Prune(r.key.namespace, r.key.name, live, keptStoppedLogs); err != nil {
 		r.log.Warn("prune logs", "err", err)
 	}

@@ -34,6 +34,8 @@ type fastCall struct {
 	rv  *revision
 	ep  *endpoint
 	cfg RevisionConfig
+	// host, when set, replaces the client's Host header (target.rewriteHost).
+	host string
 
 	status   int  // sent to the client; 0 while none
 	retry    bool // the instance could not be reached: try another
@@ -137,7 +139,7 @@ func (sc *serverConn) proxy(t *target, rv *revision, cfg RevisionConfig, start t
 		return false, false
 	}
 	fc := &fastCall{rv: rv, ep: ep, cfg: cfg, cold: cold, keep: true, start: start,
-		isHead: sc.isHead, bodyEnd: sc.rpos + h.size}
+		isHead: sc.isHead, bodyEnd: sc.rpos + h.size, host: t.rewriteHost}
 	if !start.IsZero() {
 		fc.queued = time.Since(start)
 	}
@@ -313,7 +315,7 @@ const (
 func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again bool) {
 	h := &sc.head
 	bodyStart := sc.rpos + h.size
-	out := sc.appendRequest(sc.out[:0])
+	out := sc.appendRequest(sc.out[:0], fc.host)
 	inline := false
 	switch {
 	case h.chunked:
@@ -709,8 +711,8 @@ func (uc *upConn) grow() bool {
 
 // appendRequest appends the request head for the instance: the client's,
 // without hop-by-hop headers and the client's forwarding headers, with
-// knbox's.
-func (sc *serverConn) appendRequest(b []byte) []byte {
+// knbox's; host, when set, replaces the client's Host header.
+func (sc *serverConn) appendRequest(b []byte, host string) []byte {
 	h := &sc.head
 	b = append(b, h.method...)
 	b = append(b, ' ')
@@ -723,6 +725,12 @@ func (sc *serverConn) appendRequest(b []byte) []byte {
 			continue
 		}
 		if hd.kind.hopByHop() {
+			continue
+		}
+		if hd.kind == hHost && host != "" {
+			b = append(b, "Host: "...)
+			b = append(b, host...)
+			b = append(b, "\r\n"...)
 			continue
 		}
 		b = append(b, hd.name...)
@@ -839,7 +847,7 @@ func (sc *serverConn) attemptHTTP(fc *fastCall) {
 		return
 	}
 	w := &h1Writer{sc: sc, head: fc.isHead, keep: !h.close && !sc.s.closing.Load()}
-	c := &call{w: w, rv: fc.rv, ep: fc.ep, cfg: fc.cfg, client: ctx}
+	c := &call{w: w, rv: fc.rv, ep: fc.ep, cfg: fc.cfg, client: ctx, host: fc.host}
 	if req.Body != http.NoBody {
 		c.body = &trackingBody{rc: req.Body}
 		w.keep = false // the body was read from the connection in a stream of its own

@@ -7,16 +7,17 @@ import (
 	"github.com/knbox/knbox/pkg/routing"
 )
 
-// clusterLocalSuffix is the domain of every Route's cluster-local address.
-const clusterLocalSuffix = ".svc.cluster.local"
-
 // target is what one host serves: a Route's weighted split, or a tag's
 // revision.
 type target struct {
 	namespace, route string
 	tagRevision      string // a tag host: this revision only
-	splits           []routing.Split
-	total            int64
+	// rewriteHost, when set, is the Host header the instance gets (a
+	// DomainMapping's: its Route's cluster-local host, as Knative
+	// rewrites it); the client's host stays in Forwarded.
+	rewriteHost string
+	splits      []routing.Split
+	total       int64
 }
 
 // pick chooses the revision for one request; "" if there is none.
@@ -48,8 +49,8 @@ func (r *Router) rebuildHosts() {
 	r.hostsMu.Lock()
 	defer r.hostsMu.Unlock()
 	routes, mappings := r.table.Routes(), r.table.Mappings()
-	r.hosts.Store(buildIndex(routes, mappings, r.external))
-	r.local.Store(buildIndex(routes, mappings, false))
+	r.hosts.Store(buildIndex(routes, mappings, r.external, r.clusterDomain))
+	r.local.Store(buildIndex(routes, mappings, false, r.clusterDomain))
 }
 
 // find returns the target of a canonical host for a client of scope: ""
@@ -80,8 +81,9 @@ func (r *Router) ServesLocal(host string) bool {
 
 // buildIndex indexes routes (ordered by namespace and name: when two claim
 // the same host, the first wins). Published hosts win over the derived
-// cluster-local addresses.
-func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool) *hostIndex {
+// cluster-local addresses (name.namespace.svc.<clusterDomain> and its
+// short forms).
+func buildIndex(routes []routing.Route, mappings []routing.Mapping, external bool, clusterDomain string) *hostIndex {
 	x := &hostIndex{hosts: map[string]*target{}}
 	add := func(host string, t *target) {
 		h := canonicalHost(host)
@@ -119,13 +121,15 @@ func buildIndex(routes []routing.Route, mappings []routing.Mapping, external boo
 	// publishes it under a domain of one's own).
 	for _, m := range mappings {
 		if t := byName[m.Namespace+"/"+m.Route]; t != nil {
-			add(m.Host, t)
+			mt := *t
+			mt.rewriteHost = m.Route + "." + m.Namespace + ".svc." + clusterDomain
+			add(m.Host, &mt)
 		}
 	}
 	if !external {
 		for i, rt := range routes {
 			base := rt.Name + "." + rt.Namespace
-			add(base+clusterLocalSuffix, mains[i])
+			add(base+".svc."+clusterDomain, mains[i])
 			add(base+".svc", mains[i])
 			add(base, mains[i])
 		}

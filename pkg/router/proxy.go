@@ -33,6 +33,8 @@ type call struct {
 	ep     *endpoint
 	cfg    RevisionConfig
 	body   *trackingBody
+	// host, when set, replaces the client's Host header (target.rewriteHost).
+	host string
 
 	status    int  // the status written to the client, 0 while none
 	streaming bool // the response has no length: flush its headers at once
@@ -291,6 +293,9 @@ func rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Host = backendHost
 	out.URL.RawQuery = in.URL.RawQuery // as received, even when unparsable
 	out.Host = in.Host
+	if c := callOf(in.Context()); c != nil && c.host != "" {
+		out.Host = c.host
+	}
 	proto := "http"
 	if in.TLS != nil {
 		proto = "https"

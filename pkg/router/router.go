@@ -108,6 +108,11 @@ type Options struct {
 	// answered.
 	External bool
 
+	// ClusterDomain is the cluster domain of Routes' cluster-local
+	// addresses, name.namespace.svc.<ClusterDomain> ("":
+	// DefaultClusterDomain).
+	ClusterDomain string
+
 	// Observer, if not nil, is told about every request once it has
 	// ended (metrics, access logs, spans).
 	Observer Observer
@@ -126,8 +131,10 @@ type Router struct {
 	wait     time.Duration
 	maxQueue int
 	external bool
-	log      *slog.Logger
-	observer Observer
+	// clusterDomain is Options.ClusterDomain, lower case.
+	clusterDomain string
+	log           *slog.Logger
+	observer      Observer
 
 	hostsMu sync.Mutex                // serialises rebuilds of hosts
 	hosts   atomic.Pointer[hostIndex] // the listener's own clients
@@ -142,6 +149,9 @@ type Router struct {
 }
 
 var _ http.Handler = (*Router)(nil)
+
+// DefaultClusterDomain is Knative's cluster domain.
+const DefaultClusterDomain = "cluster.local"
 
 // New returns a Router serving opts.Table. It subscribes to the table and to
 // opts.Instances; call Run to report statistics.
@@ -171,6 +181,10 @@ func New(opts Options) (*Router, error) {
 	}
 	if r.maxQueue == 0 {
 		r.maxQueue = DefaultMaxQueuedPerRevision
+	}
+	r.clusterDomain = canonicalHost(opts.ClusterDomain)
+	if r.clusterDomain == "" {
+		r.clusterDomain = DefaultClusterDomain
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -252,7 +266,7 @@ func (r *Router) serve(t *target, rv *revision, cfg RevisionConfig, w http.Respo
 	if errors.Is(err, errForgotten) {
 		return false
 	}
-	c := &call{w: w, rv: rv, ep: ep, cfg: cfg, client: ctx}
+	c := &call{w: w, rv: rv, ep: ep, cfg: cfg, client: ctx, host: t.rewriteHost}
 	var queued time.Duration
 	if r.observer != nil {
 		queued = time.Since(start)

@@ -1096,3 +1096,66 @@ func TestDomainMappingHosts(t *testing.T) {
 		t.Errorf("deleted mapping: %d, want 404", resp.StatusCode)
 	}
 }
+
+// TestClusterDomain: with another cluster domain, cluster-local addresses
+// are under it, and no longer under cluster.local.
+func TestClusterDomain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{ClusterDomain: "Corp.Internal."})
+	priv := backend(t, named("private"))
+	e.inst.setConfig("default", "private-1", RevisionConfig{})
+	e.inst.setEndpoints("default", "private-1", loopbackEndpoint("c", priv))
+	e.table.Set(routing.Route{Namespace: "default", Name: "private", Host: "private.default.svc.corp.internal",
+		ClusterLocal: true, Traffic: []routing.Split{{Revision: "private-1", Percent: 100}}})
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{"private.default.svc.corp.internal", 200},
+		{"private.default.svc", 200},
+		{"private.default", 200},
+		{"private.default.svc.cluster.local", 404},
+	} {
+		if resp, body := e.get(tc.host); resp.StatusCode != tc.code {
+			t.Errorf("%q: %d, want %d (%q)", tc.host, resp.StatusCode, tc.code, body)
+		}
+	}
+	if !e.router.ServesLocal("private.default.svc.corp.internal") || e.router.ServesLocal("private.default.svc.cluster.local") {
+		t.Error("ServesLocal disagrees with the cluster domain")
+	}
+}
+
+// TestDomainMappingRewritesHost: a mapped domain's requests reach the
+// instance with the Route's cluster-local host, as Knative rewrites them,
+// on the fast path and on net/http's; the client's host stays in
+// Forwarded. The Route's own hosts are not rewritten.
+func TestDomainMappingRewritesHost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{External: true, ClusterDomain: "corp.internal"})
+	echo := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s|%s", r.Host, r.Header.Get("Forwarded"))
+	})
+	e.service("default", "hello", "hello-1", RevisionConfig{}, echo)
+	e.table.SetMapping(routing.Mapping{Host: "shop.example.com", Namespace: "default", Route: "hello"})
+	const want = "hello.default.svc.corp.internal|for=127.0.0.1;host=shop.example.com;proto=http"
+	if resp, body := e.get("shop.example.com"); resp.StatusCode != 200 || body != want {
+		t.Errorf("fast path: %d %q, want %q", resp.StatusCode, body, want)
+	}
+	if resp, body := e.get("hello.default.example.com"); resp.StatusCode != 200 || !strings.HasPrefix(body, "hello.default.example.com|") {
+		t.Errorf("the Route's own host: %d %q", resp.StatusCode, body)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: shop.example.com\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != want {
+		t.Errorf("net/http path: %d %q, want %q", resp.StatusCode, b, want)
+	}
+}

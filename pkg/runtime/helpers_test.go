@@ -105,12 +105,37 @@ var (
 	busyboxOnce  sync.Once
 	busyboxBytes []byte
 	busyboxErr   error
+	// busyboxCopy is one copy of busybox, written once, that rootfs
+	// trees hard-link: a copy written per test could still be open for
+	// writing in a child that another test forked at that moment, and
+	// exec of it would fail with ETXTBSY ("text file busy").
+	busyboxCopy string
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if busyboxCopy != "" {
+		os.RemoveAll(filepath.Dir(busyboxCopy))
+	}
+	os.Exit(code)
+}
 
 // makeRootfs makes a minimal rootfs with busybox and its applets.
 func makeRootfs(t testing.TB, rootfs string) {
 	t.Helper()
-	busyboxOnce.Do(func() { busyboxBytes, busyboxErr = os.ReadFile(probeBusybox) })
+	busyboxOnce.Do(func() {
+		busyboxBytes, busyboxErr = os.ReadFile(probeBusybox)
+		if busyboxErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "knbox-runtime-busybox-")
+		if err != nil {
+			busyboxErr = err
+			return
+		}
+		busyboxCopy = filepath.Join(dir, "busybox")
+		busyboxErr = os.WriteFile(busyboxCopy, busyboxBytes, 0o755)
+	})
 	if busyboxErr != nil {
 		t.Fatal(busyboxErr)
 	}
@@ -122,8 +147,11 @@ func makeRootfs(t testing.TB, rootfs string) {
 	if err := os.Chmod(rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), busyboxBytes, 0o755); err != nil {
-		t.Fatal(err)
+	if err := os.Link(busyboxCopy, filepath.Join(rootfs, "bin", "busybox")); err != nil {
+		// Another file system: a copy, with the small risk above.
+		if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), busyboxBytes, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, a := range busyboxApplets {
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", a)); err != nil {

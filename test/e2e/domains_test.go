@@ -5,6 +5,7 @@ package e2e
 // another service.
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -139,6 +140,18 @@ func TestServiceToService(t *testing.T) {
 				m.Service != caller || !strings.HasPrefix(m.Revision, caller+"-") || !strings.HasPrefix(m.Instance, m.Revision) {
 				t.Errorf("metadata: %+v %v (%+v)", f, err, m)
 			}
+			// An identity token of its ServiceAccount for an audience.
+			f = e.fetchFromH(t, caller, "http://127.0.0.2:8181/v1/instance/service-accounts/default/identity?audience=https%3A%2F%2Fcallee.example",
+				"Metadata-Flavor: Google")
+			if parts := strings.Split(f.Body, "."); f.Status != 200 || len(parts) != 3 {
+				t.Errorf("identity token: %+v", f)
+			} else if claims, err := base64.RawURLEncoding.DecodeString(parts[1]); err != nil ||
+				!strings.Contains(string(claims), `"sub":"system:serviceaccount:default:default"`) || !strings.Contains(string(claims), `"https://callee.example"`) {
+				t.Errorf("identity token claims: %s %v", claims, err)
+			}
+			if f := e.fetchFromH(t, caller, "http://127.0.0.2:8181/v1/instance/service-accounts/default/identity", "Metadata-Flavor: knbox"); f.Status != http.StatusBadRequest {
+				t.Errorf("identity token without audience: %+v, want 400", f)
+			}
 		})
 	}
 
@@ -256,14 +269,31 @@ func TestDomainMapping(t *testing.T) {
 		t.Errorf("unclaimed domain served: %d", code)
 	}
 	e.kubectl(t, "apiVersion: networking.internal.knative.dev/v1alpha1\nkind: ClusterDomainClaim\nmetadata:\n  name: shop.example.com\nspec:\n  namespace: default\n", "apply", "-f", "-")
-	// The claim does not wake the mapping by itself: touch it.
-	e.kubectl(t, "", "annotate", "domainmapping/shop.example.com", "touched=1")
+	// The claim wakes the mapping waiting for its domain.
 	e.waitFor(t, "domainmapping/shop.example.com", "condition=Ready", time.Minute)
 	if u := e.kubectl(t, "", "get", "dm", "shop.example.com", "-o", "jsonpath={.status.url}"); !strings.HasPrefix(u, "http://shop.example.com") {
 		t.Errorf("status.url %q", u)
 	}
 	if code := getHost("shop.example.com"); code != 200 {
 		t.Errorf("mapped domain: %d, want 200", code)
+	}
+	// The Service gets its cluster-local host, as Knative rewrites it.
+	req, err := http.NewRequest(http.MethodGet, "http://"+e.k.srv.httpAddr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "shop.example.com"
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Request struct{ Host string } `json:"request"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.Request.Host != "shop-runc.default.svc.cluster.local" {
+		t.Errorf("mapped request's Host: %q %v, want shop-runc.default.svc.cluster.local", info.Request.Host, err)
 	}
 
 	// Another namespace mapping the claimed domain: refused in status.

@@ -293,6 +293,11 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	before := runcPids(t, dir)
+	podUIDs := func() string {
+		out, _ := k.run("", "get", "pods", "-l", "serving.knative.dev/service=up", "-o", "jsonpath={.items[*].metadata.uid}")
+		return out
+	}
+	uids := awaitOutput(t, "the two instances as Pods", time.Minute, podUIDs, func(s string) bool { return len(strings.Fields(s)) == 2 })
 	l := startLoad(t, httpAddr, "up.default.localhost")
 	l.await(t, 200, "load before the upgrade")
 
@@ -310,6 +315,8 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	if after := runcPids(t, dir); !samePids(before, after) {
 		t.Errorf("instances after the upgrade %v, before %v: want the same containers", after, before)
 	}
+	// The adopted instances are the same Pods (same UIDs).
+	awaitOutput(t, "the same Pods after the upgrade", time.Minute, podUIDs, func(s string) bool { return s == uids })
 	if !strings.Contains(srv2.logs(), "from=systemd") {
 		t.Errorf("the new knbox did not take systemd's sockets:\n%s", srv2.logs())
 	}
