@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,56 @@ const identityTokenSeconds = 3600
 // issueTimeout bounds one token's issue (a cache read and a signature).
 const issueTimeout = 10 * time.Second
 
+// maxCachedIdentities bounds the identity tokens one instance's metadata
+// service keeps for reuse (one per audience).
+const maxCachedIdentities = 16
+
+// identityCache keeps an instance's identity tokens until they are due for
+// a refresh (serviceaccount.RefreshAt), so an instance that asks in a loop
+// costs a map lookup, not a signature each time.
+type identityCache struct {
+	next serviceaccount.TokenIssuer
+	mu   sync.Mutex
+	toks map[string]cachedIdentity // by audience
+}
+
+type cachedIdentity struct {
+	token         string
+	expiry, renew time.Time
+}
+
+// Issue implements serviceaccount.TokenIssuer for one audience at a time;
+// other requests go to the next issuer uncached.
+func (c *identityCache) Issue(ctx context.Context, namespace, sa string, aud []string, secs int64, bound *serviceaccount.BoundObject) (string, time.Time, error) {
+	if len(aud) != 1 || bound != nil {
+		return c.next.Issue(ctx, namespace, sa, aud, secs, bound)
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if t, ok := c.toks[aud[0]]; ok && now.Before(t.renew) {
+		c.mu.Unlock()
+		return t.token, t.expiry, nil
+	}
+	c.mu.Unlock()
+	tok, exp, err := c.next.Issue(ctx, namespace, sa, aud, secs, bound)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.toks == nil {
+		c.toks = map[string]cachedIdentity{}
+	}
+	if _, ok := c.toks[aud[0]]; !ok && len(c.toks) >= maxCachedIdentities {
+		for k := range c.toks { // any one: a bound, not a policy
+			delete(c.toks, k)
+			break
+		}
+	}
+	c.toks[aud[0]] = cachedIdentity{token: tok, expiry: exp, renew: serviceaccount.RefreshAt(now, exp)}
+	return tok, exp, nil
+}
+
 // metadataOf is spec's identity, from its labels and the serving
 // container's K_* environment (which replicas sets as Knative does).
 func metadataOf(spec *pod.Spec) instanceMetadata {
@@ -82,6 +133,9 @@ func metadataOf(spec *pod.Spec) instanceMetadata {
 
 // metadataHandler serves m, with identity tokens from tokens (nil: none).
 func metadataHandler(m instanceMetadata, tokens serviceaccount.TokenIssuer) http.Handler {
+	if tokens != nil {
+		tokens = &identityCache{next: tokens}
+	}
 	fields := map[string]string{"namespace": m.Namespace, "service": m.Service, "configuration": m.Configuration,
 		"revision": m.Revision, "instance": m.Instance, "hostname": m.Hostname, "region": m.Region, "zone": m.Zone}
 	body, _ := json.Marshal(m)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +20,7 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/replicas"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 func TestMetadataService(t *testing.T) {
@@ -142,5 +146,49 @@ func TestMetadataIdentityToken(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("without Metadata-Flavor: %d, want 403", resp.StatusCode)
+	}
+}
+
+// countingIssuer counts the tokens it signs.
+type countingIssuer struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingIssuer) Issue(_ context.Context, _, _ string, aud []string, secs int64, _ *serviceaccount.BoundObject) (string, time.Time, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	return fmt.Sprintf("token-%d-%s", c.n, aud[0]), time.Now().Add(time.Duration(secs) * time.Second), nil
+}
+
+// TestIdentityCache: an instance asking again for the same audience gets
+// the same token without a new signature; the cache keeps at most
+// maxCachedIdentities audiences.
+func TestIdentityCache(t *testing.T) {
+	next := &countingIssuer{}
+	c := &identityCache{next: next}
+	ctx := context.Background()
+	first, _, _ := c.Issue(ctx, "ns", "sa", []string{"a"}, 3600, nil)
+	for range 100 {
+		if tok, _, err := c.Issue(ctx, "ns", "sa", []string{"a"}, 3600, nil); err != nil || tok != first {
+			t.Fatalf("again: %q %v, want %q", tok, err, first)
+		}
+	}
+	if next.n != 1 {
+		t.Errorf("%d signatures for one audience, want 1", next.n)
+	}
+	for i := range 3 * maxCachedIdentities {
+		if _, _, err := c.Issue(ctx, "ns", "sa", []string{fmt.Sprint("aud-", i)}, 3600, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.toks); n > maxCachedIdentities {
+		t.Errorf("%d cached audiences, want at most %d", n, maxCachedIdentities)
+	}
+	// Due for a refresh: signed again.
+	c.toks["a"] = cachedIdentity{token: "old", expiry: time.Now().Add(time.Minute), renew: time.Now().Add(-time.Second)}
+	if tok, _, _ := c.Issue(ctx, "ns", "sa", []string{"a"}, 3600, nil); tok == "old" {
+		t.Errorf("a token due for refresh was handed out again")
 	}
 }
