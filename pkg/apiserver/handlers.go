@@ -360,6 +360,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, req request)
 			return true, nil
 		}
 	}
+	if s.store.LabelIndexed() {
+		pg.opts.Labels = indexTerms(sel.labels)
+	}
 	page, err := s.store.ListPage(req.kind.storeResource(), req.namespace, pg.opts)
 	if err != nil {
 		return pageError(err, pg, across, cur)

@@ -27,6 +27,7 @@ func storeOptions(cfg *config.Config) store.Options {
 		MaxValueBytes:    int64(l.API.MaxObjectBytes),
 		MinFreeBytes:     int64(l.Disk.MinFreeBytes),
 		ReserveBytes:     int64(l.Disk.ReserveBytes),
+		Labels:           apiserver.StoredLabels,
 	}
 	if len(l.API.MaxObjectBytesByResource) > 0 {
 		o.MaxValueBytesByResource = map[string]int64{}

@@ -129,3 +129,39 @@ func BenchmarkListPage(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkListPageByLabel lists the 5 objects labelled team=a among 500:
+// by reading every object and checking its labels (as lists by label did
+// before the index), and through the label index.
+func BenchmarkListPageByLabel(b *testing.B) {
+	terms := []LabelIn{{Key: "team", Values: []string{"a"}}}
+	for _, indexed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("index=%v", indexed), func(b *testing.B) {
+			s, _ := openTest(b, Options{Labels: testLabels})
+			for i := range 500 {
+				team := "b"
+				if i%100 == 0 {
+					team = "a"
+				}
+				v := append(bytes.Clone(benchValue), "|team="+team...)
+				if _, err := s.Create(benchKey(i), func(int64) ([]byte, error) { return v, nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			opts := PageOptions{Labels: terms}
+			if !indexed {
+				opts = PageOptions{Match: func(e Entry) (bool, error) {
+					l, err := testLabels(e.Key, e.Value)
+					return err == nil && matchTerms(l, terms), err
+				}}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := s.ListPage(svc, "default", opts)
+				if err != nil || len(p.Entries) != 5 {
+					b.Fatalf("%v, %d entries", err, len(p.Entries))
+				}
+			}
+		})
+	}
+}

@@ -140,6 +140,11 @@ func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 				return err
 			}
 		}
+		if s.opts.Labels != nil {
+			if err := s.reindex(tx, key, cur, m); err != nil {
+				return err
+			}
+		}
 		var ev Event
 		switch {
 		case m.Delete:

@@ -31,6 +31,11 @@ type PageOptions struct {
 	// Match, when not nil, keeps only the entries it accepts; Limit counts
 	// kept entries. An error it returns ends the list with that error.
 	Match func(Entry) (bool, error)
+	// Labels, when not empty, keeps only the objects whose labels satisfy
+	// every term, found through the label index (Options.Labels; without
+	// it the list fails) instead of by reading every object of the
+	// resource. Match, if set, then sees only those objects.
+	Labels []LabelIn
 }
 
 // Page is one page of a list.
@@ -41,8 +46,9 @@ type Page struct {
 	// More says that objects follow the last entry (matching Match or
 	// not): the next page starts after it.
 	More bool
-	// Remaining is, when Match is nil, the number of objects after the
-	// page; -1 when Match is set (the store does not evaluate it further).
+	// Remaining is, when Match and Labels are not set, the number of
+	// objects after the page; -1 otherwise (the store does not evaluate
+	// them further).
 	Remaining int64
 }
 
@@ -54,10 +60,13 @@ func (s *Store) ListPage(resource, namespace string, opts PageOptions) (Page, er
 	if opts.Limit < 0 || opts.Revision < 0 {
 		return Page{}, fmt.Errorf("list %s: negative limit or revision", resource)
 	}
+	if len(opts.Labels) > 0 && s.opts.Labels == nil {
+		return Page{}, fmt.Errorf("list %s by label: the store keeps no label index", resource)
+	}
 	var p Page
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		p, err = pageTx(tx, filter{resource: resource, namespace: namespace}, opts)
+		p, err = pageTx(tx, filter{resource: resource, namespace: namespace}, opts, s.opts.Labels)
 		return err
 	})
 	if err != nil {
@@ -75,7 +84,9 @@ type change struct {
 	prevRev int64 // the key's revision at the page's revision
 }
 
-func pageTx(tx *bolt.Tx, f filter, opts PageOptions) (Page, error) {
+// pageTx reads one page; labels is the store's LabelFunc, needed when
+// opts.Labels is set.
+func pageTx(tx *bolt.Tx, f filter, opts PageOptions, labels LabelFunc) (Page, error) {
 	cur, err := decodeRevision(tx.Bucket(bucketMeta).Get(metaRevision))
 	if err != nil {
 		return Page{}, fmt.Errorf("read revision: %w", err)
@@ -104,15 +115,47 @@ func pageTx(tx *bolt.Tx, f filter, opts PageOptions) (Page, error) {
 	}
 
 	p := Page{Revision: at, Remaining: -1}
-	if opts.Match == nil {
+	filtered := opts.Match != nil || len(opts.Labels) > 0
+	if !filtered {
 		p.Remaining = 0
 	}
 	full := false
-	c := tx.Bucket(bucketObjects).Cursor()
-	k, v := c.Seek(seek)
-	if k != nil && !bytes.HasPrefix(k, prefix) {
-		k = nil
+	// next walks the current objects from seek on: all of them, or, by
+	// label, those the index names. Keys changed since the page's revision
+	// come from changes either way; their labels then are checked below.
+	var next func() (k, v []byte)
+	if len(opts.Labels) > 0 {
+		cands, err := indexCandidates(tx, f, opts.Labels, seek)
+		if err != nil {
+			return Page{}, err
+		}
+		objects := tx.Bucket(bucketObjects)
+		next = func() (k, v []byte) {
+			for len(cands) > 0 {
+				k, cands = cands[0], cands[1:]
+				if v = objects.Get(k); v != nil {
+					return k, v
+				}
+			}
+			return nil, nil
+		}
+	} else {
+		c := tx.Bucket(bucketObjects).Cursor()
+		first := true
+		next = func() (k, v []byte) {
+			if first {
+				first = false
+				k, v = c.Seek(seek)
+			} else {
+				k, v = c.Next()
+			}
+			if k != nil && !bytes.HasPrefix(k, prefix) {
+				return nil, nil
+			}
+			return k, v
+		}
 	}
+	k, v := next()
 	for ci := 0; k != nil || ci < len(changes); {
 		// The next key in order: the current object's, a change's, or both.
 		var (
@@ -140,16 +183,14 @@ func pageTx(tx *bolt.Tx, f filter, opts PageOptions) (Page, error) {
 			ci++
 		}
 		if okey != nil {
-			if k, v = c.Next(); k != nil && !bytes.HasPrefix(k, prefix) {
-				k = nil
-			}
+			k, v = next()
 		}
 		if ch != nil && ch.typ == Added {
 			continue // created since: not in the list at that revision
 		}
 		if full {
 			p.More = true
-			if opts.Match != nil {
+			if filtered {
 				break
 			}
 			p.Remaining++
@@ -159,6 +200,16 @@ func pageTx(tx *bolt.Tx, f filter, opts PageOptions) (Page, error) {
 		if ch != nil {
 			if e, err = valueAt(tx, *ch); err != nil {
 				return Page{}, err
+			}
+			if len(opts.Labels) > 0 {
+				// Not in the index as it was then: check its labels.
+				l, err := labels(e.Key, e.Value)
+				if err != nil {
+					return Page{}, fmt.Errorf("labels of %s at revision %d: %w", e.Key, e.Revision, err)
+				}
+				if !matchTerms(l, opts.Labels) {
+					continue
+				}
 			}
 		} else {
 			key, err := parseObjectKey(f.resource, okey)

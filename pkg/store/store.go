@@ -14,8 +14,13 @@
 // with a reserve file so that a full disk never blocks a delete. The database
 // file is compacted at Open when most of it is free pages.
 //
+// With Options.Labels it keeps a label index (label key=value -> objects)
+// in the transaction of each write, so that a list by label reads only the
+// objects carrying it (see index.go).
+//
 // The store must not interpret what it stores: values are opaque bytes (JSON
-// in practice) that it never decodes, and it knows nothing of Kubernetes kinds,
+// in practice) that it never decodes (the labels come from the owner's
+// LabelFunc), and it knows nothing of Kubernetes kinds,
 // versions, validation or defaulting. A Key's Resource is just a string chosen
 // by the caller. Conversions, admission and the mapping of the errors below to
 // metav1.Status belong to the apiserver.
@@ -153,6 +158,11 @@ type Options struct {
 	// made again once MinFreeBytes plus its size are free. Zero means
 	// DefaultReserveBytes; negative: no reserve.
 	ReserveBytes int64
+	// Labels, when not nil, keeps a label index of every object, written
+	// with the object, so that a list by label (PageOptions.Labels) reads
+	// only the objects that carry the label. Open builds the index when
+	// missing and drops it when Labels is nil.
+	Labels LabelFunc
 
 	// ringSize caps the number of events held in memory; older retained
 	// events are read from bbolt. Zero means min(EventLogSize, defaultRingSize).
@@ -326,6 +336,9 @@ func (s *Store) recover() error {
 			return fmt.Errorf("read revision: %w", err)
 		}
 		s.rev.Store(rev)
+		if err := s.prepareIndex(tx); err != nil {
+			return err
+		}
 		return s.loadLog(tx, rev)
 	})
 }

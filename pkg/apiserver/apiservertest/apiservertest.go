@@ -59,7 +59,11 @@ func (w logWriter) Write(p []byte) (int, error) {
 type Options struct {
 	Dir   string        // "" = a new temporary directory
 	Store store.Options // e.g. a small EventLogSize
-	User  string        // the token's user; "" = "admin"
+	// NoLabelIndex: the store keeps no label index (Store.Labels is
+	// otherwise apiserver.StoredLabels, as in knbox serve), so lists by
+	// label read every object: for comparisons.
+	NoLabelIndex bool
+	User         string // the token's user; "" = "admin"
 	// Users are more bearer tokens and their users (not in
 	// system:masters: RBAC decides what they may do).
 	Users map[string]admission.User
@@ -84,6 +88,9 @@ func StartWith(t testing.TB, opts Options) *Env {
 	user := opts.User
 	if user == "" {
 		user = "admin"
+	}
+	if opts.Store.Labels == nil && !opts.NoLabelIndex {
+		opts.Store.Labels = apiserver.StoredLabels
 	}
 	st, err := store.Open(filepath.Join(dir, "knbox.db"), opts.Store)
 	if err != nil {
