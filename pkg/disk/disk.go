@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,4 +80,17 @@ func Bytes(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%.1f %s", f, suffix)
+}
+
+// IsMountPoint tells whether something is mounted at dir: whether dir is
+// on another file system (device) than its parent.
+func IsMountPoint(dir string) (bool, error) {
+	var st, pst unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, err
+	}
+	if err := unix.Lstat(filepath.Dir(dir), &pst); err != nil {
+		return false, err
+	}
+	return st.Dev != pst.Dev, nil
 }

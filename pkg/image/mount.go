@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // maxMountData is the size limit of mount(2)'s option string (one page).
@@ -56,7 +58,7 @@ func (s *Store) Mount(img *Image, dir string) (string, error) {
 			return "", fmt.Errorf("mount %s: %w", img.Ref, err)
 		}
 	}
-	if mounted, err := isMountPoint(rootfs); err != nil || mounted {
+	if mounted, err := disk.IsMountPoint(rootfs); err != nil || mounted {
 		if err == nil {
 			err = errors.New("already mounted: Unmount first")
 		}
@@ -96,19 +98,6 @@ func Unmount(dir string) error {
 		}
 	}
 	return nil
-}
-
-// isMountPoint reports whether something (an overlay, which has a device of
-// its own) is mounted at dir.
-func isMountPoint(dir string) (bool, error) {
-	var st, pst unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, err
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &pst); err != nil {
-		return false, err
-	}
-	return st.Dev != pst.Dev, nil
 }
 
 // mountOverlay mounts an overlay of lowers (top first) with upper and work at

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // TestMountedLowerDirsSeesBothMountAPIs mounts overlays with the new mount
@@ -44,8 +46,8 @@ func TestMountedLowerDirsSeesBothMountAPIs(t *testing.T) {
 					t.Errorf("%s not seen as a mounted lower dir", l)
 				}
 			}
-			if mounted, _ := isMountPoint(filepath.Join(dir, "rootfs")); !mounted {
-				t.Error("isMountPoint(rootfs) = false")
+			if mounted, _ := disk.IsMountPoint(filepath.Join(dir, "rootfs")); !mounted {
+				t.Error("disk.IsMountPoint(rootfs) = false")
 			}
 		})
 	}

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/knbox/knbox/pkg/disk"
 )
 
 // Ephemeral storage, as the kubelet's eviction manager bounds it.
@@ -221,7 +223,7 @@ func mountTmpfs(dir string, size int64, mode uint32) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
-	if mounted, err := isMountPoint(dir); err != nil {
+	if mounted, err := disk.IsMountPoint(dir); err != nil {
 		return err
 	} else if mounted {
 		return nil
@@ -234,19 +236,6 @@ func mountTmpfs(dir string, size int64, mode uint32) error {
 		return fmt.Errorf("mount tmpfs at %s: %w", dir, err)
 	}
 	return nil
-}
-
-// isMountPoint tells whether dir is on another file system than its
-// parent.
-func isMountPoint(dir string) (bool, error) {
-	var st, pst unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, err
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &pst); err != nil {
-		return false, err
-	}
-	return st.Dev != pst.Dev, nil
 }
 
 // makeTermLog makes c's termination log, empty, on its tmpfs, and returns
