@@ -65,12 +65,20 @@ fuzz: ## run every fuzz target (found with go test -list) for FUZZTIME each
 	done
 
 .PHONY: run
-run: deps build ## build, then run `knbox serve` with DATA_DIR
+run: deps build ## build, then run `knbox serve` with DATA_DIR and load the offline sample image
+	$(GO) run ./hack/sampleimage -o _output/helloworld.tar
 	@echo "knbox is starting with data in $(DATA_DIR). From another shell:"
 	@echo "  mkdir -p ~/.kube && bin/knbox kubeconfig --data-dir $(DATA_DIR) > ~/.kube/knbox.yaml"
 	@echo "  KUBECONFIG=~/.kube/knbox.yaml kubectl apply -f examples/hello.yaml"
 	@echo "  curl http://hello.default.localhost:8080"
-	@exec bin/knbox serve --data-dir $(DATA_DIR)
+	@bin/knbox serve --data-dir $(DATA_DIR) & pid=$$!; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid' INT TERM; \
+	for i in $$(seq 1 120); do \
+		KUBECONFIG= KNBOX_DATA_DIR=$(DATA_DIR) bin/knbox image load _output/helloworld.tar >/dev/null 2>&1 && break; \
+		kill -0 $$pid 2>/dev/null || break; sleep 1; \
+	done; \
+	echo "the sample image knbox.local/samples/helloworld-go:latest is loaded (examples/hello.yaml runs it)"; \
+	wait $$pid
 
 .PHONY: clean
 clean: ## remove build outputs

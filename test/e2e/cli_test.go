@@ -53,7 +53,7 @@ func TestKnboxCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := strings.Replace(string(ex), "ghcr.io/knative/helloworld-go:latest", reg+"/runtime-info:v1", 1)
+	hello := strings.Replace(string(ex), "knbox.local/samples/helloworld-go:latest", reg+"/runtime-info:v1", 1)
 	if !strings.Contains(hello, reg) || !strings.Contains(hello, "name: TARGET") {
 		t.Fatal("examples/hello.yaml no longer names the image and env this test replaces")
 	}
