@@ -72,7 +72,7 @@ run: deps build ## build, then run `knbox serve` with DATA_DIR and load the offl
 	@echo "  KUBECONFIG=~/.kube/knbox.yaml kubectl apply -f examples/hello.yaml"
 	@echo "  curl http://hello.default.localhost:8080"
 	@bin/knbox serve --data-dir $(DATA_DIR) & pid=$$!; \
-	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid' INT TERM; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
 	for i in $$(seq 1 120); do \
 		KUBECONFIG= KNBOX_DATA_DIR=$(DATA_DIR) bin/knbox image load _output/helloworld.tar >/dev/null 2>&1 && break; \
 		kill -0 $$pid 2>/dev/null || break; sleep 1; \
