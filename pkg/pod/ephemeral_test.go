@@ -137,6 +137,9 @@ func TestEphemeralStorageUnderLimit(t *testing.T) {
 		_, err := os.Stat(filepath.Join(p.dir, "upper", "done"))
 		return err == nil
 	})
+	// Status, read under the pod's lock once it says Running, orders the
+	// pod goroutine's preparation before the measures below.
+	e.waitStatus(id, 30*time.Second, "running", func(st Status) bool { return st.Running })
 	for i := 0; i < 3; i++ {
 		if ev := p.checkStorage(context.Background()); ev != nil {
 			t.Fatalf("evicted under the limit: %+v", ev.f)
