@@ -9,11 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,98 +19,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/knbox/knbox/pkg/image"
-	"github.com/knbox/knbox/pkg/image/imagetest"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/pod/podtest"
 	"github.com/knbox/knbox/pkg/runtime"
 )
-
-const runtimeInfoPkg = "../../test/images/runtime-info"
 
 // handlerNames are the handlers the shared tests run against.
 var handlerNames = []string{"process", "runc", "runsc"}
 
-// requireHandler skips the test unless root and the handler's binary are
-// there; in CI (CI set) it fails instead.
-func requireHandler(t testing.TB, name string) {
-	t.Helper()
-	imagetest.Require(t, os.Geteuid() == 0, "pods need root (overlay mounts, network namespaces)")
-	if name != "process" {
-		_, err := exec.LookPath(name)
-		imagetest.Require(t, err == nil, name+" is not installed (apt-get install "+name+")")
-	}
-}
-
-// newHandler opens handler name with its state under dir.
-func newHandler(t testing.TB, name, dir string) runtime.Handler {
-	t.Helper()
-	var (
-		h   runtime.Handler
-		err error
-	)
-	switch name {
-	case "process":
-		h = runtime.NewProcess(filepath.Join(dir, "process"))
-	case "runc":
-		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runc", Root: filepath.Join(dir, "runc")})
-	case "runsc":
-		// See package runtime for why runsc runs with host networking (in
-		// the pod's namespace).
-		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runsc", Root: filepath.Join(dir, "runsc"), Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"},
-			ManageCgroups: true})
-	default:
-		t.Fatalf("unknown handler %q", name)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
-// images caches one registry and the test images per test binary.
-var images struct {
-	once    sync.Once
-	host    string
-	ref     string
-	bbOnce  sync.Once
-	busybox string
-}
-
-// runtimeInfoImage returns the digest reference of the runtime-info image
-// in a registry that lives as long as the test binary.
-func runtimeInfoImage(t testing.TB) string {
-	t.Helper()
-	images.once.Do(func() {
-		// The registry outlives single tests: it is registered on a
-		// helper T whose cleanups never run before the process ends.
-		images.host = imagetest.StartRegistry(keepAlive{t})
-		images.ref = imagetest.PushGoImage(t, images.host, "runtime-info:test", runtimeInfoPkg, image.Config{ExposedPorts: []string{"8080/tcp"}})
-	})
-	if images.ref == "" {
-		t.Fatal("no runtime-info image (an earlier test failed to build it)")
-	}
-	return images.ref
-}
-
-// busyboxImage returns the digest reference of a busybox image in the
-// shared registry.
-func busyboxImage(t testing.TB) string {
-	t.Helper()
-	runtimeInfoImage(t) // starts the registry
-	images.bbOnce.Do(func() {
-		images.busybox = imagetest.PushBusyboxImage(t, images.host, "busybox:test")
-	})
-	if images.busybox == "" {
-		t.Fatal("no busybox image (an earlier test failed to build it)")
-	}
-	return images.busybox
-}
-
-// keepAlive is a testing.TB whose Cleanup registrations are dropped, for
-// fixtures shared by all tests of the binary.
-type keepAlive struct{ testing.TB }
-
-func (keepAlive) Cleanup(func()) {}
+// The fixtures shared with the other pod tests (see package podtest).
+var (
+	requireHandler   = podtest.RequireHandler
+	newHandler       = podtest.NewHandler
+	runtimeInfoImage = podtest.RuntimeInfoImage
+	busyboxImage     = podtest.BusyboxImage
+)
 
 // env is one Runtime with its handlers and image store.
 type env struct {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,88 +30,20 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/image"
-	"github.com/knbox/knbox/pkg/image/imagetest"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/pod/podtest"
 	"github.com/knbox/knbox/pkg/runtime"
 )
 
-const runtimeInfoPkg = "../../test/images/runtime-info"
-
-// requireHandler skips the test unless root and the handler's binary are
-// there; in CI (CI set) it fails instead.
-func requireHandler(t testing.TB, name string) {
-	t.Helper()
-	imagetest.Require(t, os.Geteuid() == 0, "instances need root (overlay mounts, network namespaces)")
-	if name != "process" {
-		_, err := exec.LookPath(name)
-		imagetest.Require(t, err == nil, name+" is not installed (apt-get install "+name+")")
-	}
-}
-
-// newHandler opens handler name with its state under dir.
-func newHandler(t testing.TB, name, dir string) runtime.Handler {
-	t.Helper()
-	var (
-		h   runtime.Handler
-		err error
-	)
-	switch name {
-	case "process":
-		h = runtime.NewProcess(filepath.Join(dir, "process"))
-	case "runc":
-		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runc", Root: filepath.Join(dir, "runc")})
-	case "runsc":
-		h, err = runtime.NewOCI(runtime.OCIConfig{Binary: "runsc", Root: filepath.Join(dir, "runsc"), Args: []string{"--network=host", "--host-uds=open", "--oci-seccomp"},
-			ManageCgroups: true})
-	default:
-		t.Fatalf("unknown handler %q", name)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
-// images caches one registry and the test images per test binary.
-var images struct {
-	once    sync.Once
-	host    string
-	ref     string
-	bbOnce  sync.Once
-	busybox string
-}
-
-func runtimeInfoImage(t testing.TB) string {
-	t.Helper()
-	images.once.Do(func() {
-		images.host = imagetest.StartRegistry(keepAlive{t})
-		images.ref = imagetest.PushGoImage(t, images.host, "runtime-info:test", runtimeInfoPkg, image.Config{ExposedPorts: []string{"8080/tcp"}})
-	})
-	if images.ref == "" {
-		t.Fatal("no runtime-info image (an earlier test failed to build it)")
-	}
-	return images.ref
-}
-
-func busyboxImage(t testing.TB) string {
-	t.Helper()
-	runtimeInfoImage(t) // starts the registry
-	images.bbOnce.Do(func() {
-		images.busybox = imagetest.PushBusyboxImage(t, images.host, "busybox:test")
-	})
-	if images.busybox == "" {
-		t.Fatal("no busybox image (an earlier test failed to build it)")
-	}
-	return images.busybox
-}
-
-// keepAlive is a testing.TB whose Cleanup registrations are dropped, for
-// fixtures shared by all tests of the binary.
-type keepAlive struct{ testing.TB }
-
-func (keepAlive) Cleanup(func()) {}
+// The fixtures shared with the other pod tests (see package podtest).
+var (
+	requireHandler   = podtest.RequireHandler
+	newHandler       = podtest.NewHandler
+	runtimeInfoImage = podtest.RuntimeInfoImage
+	busyboxImage     = podtest.BusyboxImage
+)
 
 // fakeScale stands in for the autoscaler: a desired scale per revision,
 // set by the test.
