@@ -164,7 +164,10 @@ func (s *Server) aggregate(ctx context.Context) error {
 			}
 			c := r.DeepCopy()
 			c.Rules = rules
-			if _, err := s.systemUpdate(ctx, s.rbac.clusterRoles, c); err != nil && !apierrors.IsNotFound(err) {
+			// A conflict means someone else (a user, or the aggregation of
+			// another server sharing the store) wrote the role since the
+			// list: the next pass lists again and recomputes.
+			if _, err := s.systemUpdate(ctx, s.rbac.clusterRoles, c); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("aggregate clusterrole %s: %w", r.Name, err)
 			}
 			changed = true
