@@ -57,6 +57,14 @@ type Spec struct {
 	// PullSecrets are the image pull credentials (kubernetes.io/dockerconfigjson
 	// or dockercfg Secrets). They are not written to disk.
 	PullSecrets []corev1.Secret `json:"-"`
+	// Sequential runs the containers one after another, each to its end,
+	// as a kubelet runs init containers, and never restarts them
+	// (restartPolicy Never): the pod is Done once every container exited
+	// 0 (Succeeded) or one failed (LastFailure says which and why), and
+	// stays so, its containers gone, until Stop. Serving, Port and the
+	// probes mean nothing then (Port may be 0). A Sequential pod of an
+	// earlier knbox is not adopted: Recover removes it (see Recover).
+	Sequential bool `json:"sequential,omitempty"`
 }
 
 // Volume is one volume of a pod: an empty directory the containers share,
@@ -103,7 +111,9 @@ func (s *Spec) validate() error {
 	if s.Serving < 0 || s.Serving >= len(s.Containers) {
 		return fmt.Errorf("pod %s: serving container %d out of range", s.ID, s.Serving)
 	}
-	if s.Port <= 0 || s.Port > 65535 {
+	if s.Sequential {
+		s.Port = 0
+	} else if s.Port <= 0 || s.Port > 65535 {
 		return fmt.Errorf("pod %s: port %d out of range", s.ID, s.Port)
 	}
 	names := map[string]bool{}
@@ -131,6 +141,9 @@ func (s *Spec) validate() error {
 		}
 	}
 	sc := &s.Containers[s.Serving]
+	if s.Sequential {
+		sc = &corev1.Container{} // no probes
+	}
 	for _, p := range []struct {
 		what  string
 		probe *corev1.Probe
