@@ -3,8 +3,8 @@ package pod
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // Failure reasons, as the kubelet reports them.
