@@ -62,6 +62,9 @@ type Options struct {
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+	// BuildLogs streams a Build's steps' output for the builds/{name}/log
+	// subresource; nil: not served.
+	BuildLogs func(ctx context.Context, w io.Writer, namespace, build string, opts LogOptions) error
 	// PodLogs streams one container's output of a Pod (an instance) for
 	// the pods/{name}/log subresource; nil: not served. It returns
 	// ErrNoPreviousContainer when opts.Previous finds no ended run.
@@ -368,7 +371,12 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			}
 			return
 		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
-			if err := s.handleLog(w, r, req); err != nil {
+			if err := s.handleLog(w, r, req, s.opts.Logs); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "log" && req.kind.Kind == "Build" && req.kind.Group == "build.knative.dev" && s.opts.BuildLogs != nil && r.Method == http.MethodGet:
+			if err := s.handleLog(w, r, req, s.opts.BuildLogs); err != nil {
 				writeError(w, err)
 			}
 			return
@@ -448,7 +456,8 @@ func writeWarnings(w http.ResponseWriter, warns []string) {
 
 // handleLog streams a revision's logs as text, following them with
 // ?follow=true, from ?sinceSeconds=N or ?sinceTime=RFC3339 on.
-func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request) error {
+func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request,
+	logs func(ctx context.Context, w io.Writer, namespace, name string, opts LogOptions) error) error {
 	if _, _, err := s.getStored(req.kind, req.namespace, req.name); err != nil {
 		return err
 	}
@@ -477,8 +486,8 @@ func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request) 
 		fw.f = f
 		f.Flush()
 	}
-	if err := s.opts.Logs(r.Context(), fw, req.namespace, req.name, opts); err != nil && r.Context().Err() == nil {
-		s.log.Warn("streaming logs", "namespace", req.namespace, "revision", req.name, "err", err)
+	if err := logs(r.Context(), fw, req.namespace, req.name, opts); err != nil && r.Context().Err() == nil {
+		s.log.Warn("streaming logs", "namespace", req.namespace, "kind", req.kind.Kind, "name", req.name, "err", err)
 	}
 	return nil
 }

@@ -130,6 +130,8 @@ type Config struct {
 	// name.namespace.svc.<ClusterDomain> and instances' search path ends
 	// with it. Default DefaultClusterDomain. Read at start.
 	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// Builds configures build.knative.dev Builds (builds.go).
+	Builds Builds `json:"builds,omitempty"`
 }
 
 // DefaultClusterDomain is Kubernetes' and Knative's cluster domain.
@@ -190,6 +192,7 @@ func parse(b []byte) (*Config, error) {
 		Restart:             f.Restart,
 		Observability:       f.Observability,
 		ClusterDomain:       f.ClusterDomain,
+		Builds:              f.Builds,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -240,6 +243,7 @@ type fileConfig struct {
 	Restart             Restart                               `json:"restart"`
 	Observability       Observability                         `json:"observability"`
 	ClusterDomain       string                                `json:"clusterDomain"`
+	Builds              Builds                                `json:"builds"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -274,6 +278,7 @@ func cleanYAMLError(err error) error {
 
 func (c *Config) applyDefaults() {
 	c.Observability.applyDefaults()
+	c.Builds.applyDefaults()
 	if c.APIAddr == "" {
 		c.APIAddr = DefaultAPIAddr
 	}
@@ -403,6 +408,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Observability.validate(); err != nil {
+		return err
+	}
+	if err := c.Builds.validate(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {

@@ -32,6 +32,7 @@ import (
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -44,6 +45,7 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/authz"
 	"github.com/knbox/knbox/pkg/autoscaler"
+	"github.com/knbox/knbox/pkg/build"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/controller"
@@ -237,6 +239,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
 		},
+		BuildLogs: func(rctx context.Context, w io.Writer, ns, name string, o apiserver.LogOptions) error {
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return logStore.Copy(rctx, ns, build.BuildLogGroup(name), logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
 		Exec: func(rctx context.Context, p *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 			rt := podRuntime.Load()
 			if rt == nil {
@@ -377,6 +385,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
 	var podEvents atomic.Pointer[replicas.Manager]
+	buildRegistries := make([]netip.AddrPort, 0, len(cfg.Builds.Registries))
+	for _, r := range cfg.Builds.Registries {
+		a, err := config.LoopbackRegistry(r)
+		if err != nil {
+			return fmt.Errorf("builds.registries: %w", err)
+		}
+		buildRegistries = append(buildRegistries, a)
+	}
+	buildNet := build.Network(buildRegistries, log.With("component", "build"))
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -387,7 +404,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
-		Network:          instNet.attach,
+		Network: func(ctx context.Context, spec *pod.Spec, ns *network.NS) (string, io.Closer, error) {
+			if build.IsBuildPod(spec.Labels) {
+				c, err := buildNet(ctx, spec, ns)
+				return "", c, err
+			}
+			return instNet.attach(ctx, spec, ns)
+		},
 		// The pods' events go to the revision manager, which knows their
 		// Revisions; those of pods adopted before it exists are dropped.
 		Events: func(e pod.Event) {
@@ -436,6 +459,21 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	podEvents.Store(mgr)
+	dyn, err := dynamic.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	builds, err := build.New(build.Options{
+		Client:              dyn,
+		Informers:           inputs,
+		Pods:                pods,
+		Logs:                logStore,
+		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		Logger:              log.With("component", "build"),
+	})
+	if err != nil {
+		return err
+	}
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -475,10 +513,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 5)
+	done := make(chan struct{}, 6)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := builds.Run(runCtx, 2); err != nil {
+			log.Error("build controller stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
 		if err := c.Run(runCtx, 2); err != nil {
@@ -570,7 +614,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		shutdown(metricsSrv, apiShutdownTimeout)
 	}
 	cancel()
-	for range 5 {
+	for range 6 {
 		<-done
 	}
 	inputs.Shutdown()
