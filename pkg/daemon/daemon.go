@@ -504,7 +504,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+	c, err := newController(cfg, sc, claims, dyn, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
 		controller.Recorders(events), log)
 	if err != nil {
 		return err
@@ -740,7 +740,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, builds dynamic.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
 	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
@@ -762,6 +762,7 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, ClusterDomain: cfg.ClusterDomain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
+		Builds:   builds,
 		Logger:   log.With("component", "controller"),
 	})
 }
