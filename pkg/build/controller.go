@@ -275,6 +275,12 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	}
 
 	c.stepStates(b, st)
+	if b.Status.StartTime == nil {
+		// Our pod runs, and the informer has not seen the status that
+		// says so yet.
+		b.Status.StartTime = &metav1.Time{Time: st.Created}
+		b.Status.PodName = id
+	}
 	deadline := b.Status.StartTime.Add(timeout)
 	switch {
 	case st.Done && st.Succeeded:
