@@ -22,6 +22,7 @@ import (
 // at /payload/app) and "push" (imagepush).
 type buildEnv struct {
 	k      *kubectlEnv
+	cfg    string // the knbox config file
 	reg    string
 	fetch  string
 	pusher string
@@ -37,7 +38,7 @@ func newBuildEnv(t *testing.T) *buildEnv {
 	}
 	k := newKubectl(t, "--config", cfg)
 	app := imagetest.BuildGo(t, "github.com/knbox/knbox/test/images/runtime-info")
-	e := &buildEnv{k: k, reg: reg}
+	e := &buildEnv{k: k, reg: reg, cfg: cfg}
 	e.fetch = imagetest.PushImage(t, reg, "steps/fetch:test", image.Config{Cmd: []string{"sh"}},
 		append(imagetest.BusyboxFiles(t), imagetest.File{Path: "payload/app", Mode: 0o755, Body: app}))
 	e.pusher = imagetest.PushGoImage(t, reg, "steps/push:test", "github.com/knbox/knbox/test/images/imagepush", image.Config{})
@@ -261,6 +262,52 @@ spec:
 `, "apply", "-f", "-")
 		if err == nil || !strings.Contains(out, "spec.timeout") || !strings.Contains(out, "spec.steps[0].ports") {
 			t.Errorf("bad build: %v\n%s", err, out)
+		}
+	}
+
+	{ // a restart of knbox fails a running build cleanly
+		e.k.must(fmt.Sprintf(`apiVersion: build.knative.dev/v1alpha1
+kind: Build
+metadata:
+  name: interrupted
+spec:
+  steps:
+  - name: sleep
+    image: %s
+    command: ["sh", "-c", "exec sleep 3600"]
+`, e.fetch), "apply", "-f", "-")
+		deadline := time.Now().Add(2 * time.Minute)
+		var pod string
+		for {
+			out, _ := e.k.run("", "get", "build/interrupted", "-o", "jsonpath={.status.stepStates[0].running.startedAt} {.status.podName}")
+			if f := strings.Fields(out); len(f) == 2 {
+				pod = f[1]
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("build/interrupted does not run: %q\n%s", out, e.k.srv.logs())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		podDir := filepath.Join(e.k.srv.dir, "instances", "instances", pod)
+		if _, err := os.Stat(podDir); err != nil {
+			t.Fatalf("the build's pod directory: %v", err)
+		}
+		srv := e.k.srv
+		srv.kill()
+		e.k.srv = startServerWith(t, srv.dir, srv.apiAddr, "--config", e.cfg)
+		e.waitCond(t, "build/interrupted", `{.status.conditions[?(@.type=="Succeeded")].reason}`, "BuildInterrupted", 2*time.Minute)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if _, err := os.Stat(podDir); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the interrupted build's pod is still there: %s", podDir)
+			}
+		}
+		// The Service built earlier still serves after the restart.
+		if env := e.serve(t, "built"); env["GREETING"] != "built by knbox step one" {
+			t.Errorf("after the restart GREETING %q", env["GREETING"])
 		}
 	}
 }
