@@ -24,6 +24,15 @@ type Builds struct {
 	// and a Revision pulls that name from the host. Nothing else of the
 	// host is reachable from a step.
 	Registries []string `json:"registries,omitempty"`
+	// MaxUploadBytes bounds a Build's uploaded source archive (the
+	// builds/NAME/source subresource; a larger upload gets 413); 0 means
+	// DefaultMaxBuildUploadBytes.
+	MaxUploadBytes int64 `json:"maxUploadBytes,omitempty"`
+	// MaxSourceBytes and MaxSourceFiles bound what the archive unpacks to
+	// in the workspace; 0 means DefaultMaxBuildSourceBytes and
+	// DefaultMaxBuildSourceFiles.
+	MaxSourceBytes int64 `json:"maxSourceBytes,omitempty"`
+	MaxSourceFiles int64 `json:"maxSourceFiles,omitempty"`
 }
 
 // The builds' defaults: knative/build's 10 minutes, and a day at most.
@@ -31,6 +40,10 @@ const (
 	DefaultBuildTimeout    = Duration(10 * time.Minute)
 	DefaultMaxBuildTimeout = Duration(24 * time.Hour)
 	maxBuildRegistries     = 16
+
+	DefaultMaxBuildUploadBytes = 256 << 20
+	DefaultMaxBuildSourceBytes = 1 << 30
+	DefaultMaxBuildSourceFiles = 100000
 )
 
 func (b *Builds) applyDefaults() {
@@ -39,6 +52,15 @@ func (b *Builds) applyDefaults() {
 	}
 	if b.MaxTimeout == 0 {
 		b.MaxTimeout = DefaultMaxBuildTimeout
+	}
+	if b.MaxUploadBytes == 0 {
+		b.MaxUploadBytes = DefaultMaxBuildUploadBytes
+	}
+	if b.MaxSourceBytes == 0 {
+		b.MaxSourceBytes = DefaultMaxBuildSourceBytes
+	}
+	if b.MaxSourceFiles == 0 {
+		b.MaxSourceFiles = DefaultMaxBuildSourceFiles
 	}
 }
 
@@ -49,6 +71,14 @@ func (b *Builds) validate() error {
 	if b.MaxTimeout < b.DefaultTimeout {
 		return fmt.Errorf("builds.maxTimeout: must be at least builds.defaultTimeout (%s), was %s",
 			time.Duration(b.DefaultTimeout), time.Duration(b.MaxTimeout))
+	}
+	for _, n := range []struct {
+		key string
+		v   int64
+	}{{"maxUploadBytes", b.MaxUploadBytes}, {"maxSourceBytes", b.MaxSourceBytes}, {"maxSourceFiles", b.MaxSourceFiles}} {
+		if n.v < 1 {
+			return fmt.Errorf("builds.%s: must be positive, was %d", n.key, n.v)
+		}
 	}
 	if len(b.Registries) > maxBuildRegistries {
 		return fmt.Errorf("builds.registries: at most %d, was %d", maxBuildRegistries, len(b.Registries))

@@ -72,7 +72,8 @@ func TestDefaults(t *testing.T) {
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
 		ClusterDomain: "cluster.local",
-		Builds:        Builds{DefaultTimeout: DefaultBuildTimeout, MaxTimeout: DefaultMaxBuildTimeout},
+		Builds: Builds{DefaultTimeout: DefaultBuildTimeout, MaxTimeout: DefaultMaxBuildTimeout, MaxUploadBytes: DefaultMaxBuildUploadBytes,
+			MaxSourceBytes: DefaultMaxBuildSourceBytes, MaxSourceFiles: DefaultMaxBuildSourceFiles},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -622,6 +623,9 @@ func FuzzLoad(f *testing.F) {
 			"observability.console.samples":        int64(c.Observability.Console.Samples),
 			"builds.defaultTimeout":                int64(c.Builds.DefaultTimeout),
 			"builds.maxTimeout":                    int64(c.Builds.MaxTimeout),
+			"builds.maxUploadBytes":                c.Builds.MaxUploadBytes,
+			"builds.maxSourceBytes":                c.Builds.MaxSourceBytes,
+			"builds.maxSourceFiles":                c.Builds.MaxSourceFiles,
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)
@@ -678,6 +682,7 @@ func TestBuilds(t *testing.T) {
 		"builds:\n  registries: [\"127.0.0.1\"]\n",
 		"builds:\n  registries: [\"localhost.evil.com:5000\"]\n",
 		"builds:\n  registries: [\"127.0.0.1:0\"]\n",
+		"builds:\n  maxUploadBytes: -1\n",
 	} {
 		if _, err := parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "builds.") {
 			t.Errorf("%q: %v, want an error naming builds.*", bad, err)

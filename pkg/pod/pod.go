@@ -494,6 +494,11 @@ func (p *pod) prepareVolumes() error {
 				return fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 		}
+		if v.Seed != nil {
+			if err := seed(vdir, v.Seed); err != nil {
+				return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
+			}
+		}
 		if !v.EmptyDir {
 			p.mu.Lock()
 			files := p.files[v.Name]

@@ -1,12 +1,18 @@
 package pod
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/knbox/knbox/pkg/image"
 )
 
 // steps is a Sequential pod of busybox steps (name, script) sharing the
@@ -68,6 +74,24 @@ func TestSequential(t *testing.T) {
 	}
 	if strings.Contains(e.logs(id), "never ran") {
 		t.Errorf("a step after the failure ran:\n%s", e.logs(id))
+	}
+
+	// A seeded workspace: the archive's files are there for the first step.
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: "src/hello.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5})
+	_, _ = tw.Write([]byte("hello"))
+	_ = tw.Close()
+	archive := filepath.Join(t.TempDir(), "src.tar")
+	if err := os.WriteFile(archive, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id = uniqueName("seq-seed")
+	s := e.steps(id, h, ref, [2]string{"read", "test \"$(cat /workspace/src/hello.txt)\" = hello"})
+	s.Volumes[0].Seed = &Seed{Path: archive, Limits: image.ArchiveLimits{What: "source", MaxBytes: 1 << 20, MaxFiles: 10}}
+	e.run(s)
+	if st := e.waitStatus(id, 60*time.Second, "done", done); !st.Succeeded {
+		t.Errorf("seeded workspace: %+v (failure %+v)", st, st.LastFailure)
 	}
 
 	// Stop during a step that never ends: Done with ReasonStopped.

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/knbox/knbox/pkg/image"
 )
 
 // Spec is a pod to run, fully resolved: no reference in it needs an API to
@@ -82,6 +84,16 @@ type Volume struct {
 	SizeLimit *resource.Quantity   `json:"sizeLimit,omitempty"`
 	// Files are the volume's files by slash-separated relative path.
 	Files map[string]File `json:"-"`
+	// Seed, for an emptyDir, is an archive unpacked into it when it is
+	// made (a build's uploaded source).
+	Seed *Seed `json:"seed,omitempty"`
+}
+
+// Seed is a tar archive (plain or gzip) and the bounds of what it unpacks
+// to (see image.UnpackArchive).
+type Seed struct {
+	Path   string              `json:"path"`
+	Limits image.ArchiveLimits `json:"limits"`
 }
 
 // File is one file of a volume.
@@ -163,6 +175,9 @@ func (s *Spec) validate() error {
 		}
 		if err := checkEmptyDir(v); err != nil {
 			return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
+		}
+		if v.Seed != nil && (!v.EmptyDir || v.Medium == corev1.StorageMediumMemory) {
+			return &ConfigError{fmt.Errorf("volume %s: only a disk emptyDir is seeded", v.Name)}
 		}
 	}
 	return nil
