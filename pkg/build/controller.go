@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -28,6 +30,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
+	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
 )
@@ -74,6 +77,11 @@ type Options struct {
 	// DefaultRuntimeClass is the RuntimeClass whose handler runs the steps
 	// ("": DefaultHandler).
 	DefaultRuntimeClass string
+	// Sources keeps uploaded source archives (nil: Builds with
+	// source.upload wait forever and uploads are refused).
+	Sources *Sources
+	// SourceLimits bound what an archive unpacks to in the workspace.
+	SourceLimits image.ArchiveLimits
 	// StopGrace is the grace period of a step stopped at the timeout (0:
 	// DefaultStopGrace).
 	StopGrace time.Duration
@@ -127,13 +135,22 @@ func New(opts Options) (*Controller, error) {
 	}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 10*time.Minute)
 	c.informer = f.ForResource(GVR).Informer()
-	enqueue := func(obj interface{}) {
+	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
 		}
 	}
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, n interface{}) { enqueue(n) }, DeleteFunc: enqueue,
+		AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok && opts.Sources != nil {
+				opts.Sources.remove(u.GetUID())
+			}
+			enqueue(obj)
+		},
 	})
 	opts.Pods.Subscribe(func(id string) {
 		c.mu.Lock()
@@ -153,14 +170,21 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
 		return errors.New("build: informer did not sync")
 	}
+	if c.opts.Sources != nil {
+		uids := map[types.UID]bool{}
+		for _, o := range c.informer.GetStore().List() {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				uids[u.GetUID()] = true
+			}
+		}
+		c.opts.Sources.keep(uids)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < max(workers, 1); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for c.process(ctx) {
 			}
-		}()
+		})
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
@@ -227,6 +251,9 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	b := cur.DeepCopy()
 	if b.Status.IsDone() {
 		c.stop(ctx, id)
+		if c.opts.Sources != nil {
+			c.opts.Sources.remove(b.UID)
+		}
 		return 0, nil
 	}
 	b.Status.InitializeConditions()
@@ -245,6 +272,10 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 		// not resumed.
 		c.complete(b, now)
 		b.Status.MarkFailed(buildv1alpha1.ReasonBuildInterrupted, "knbox stopped while the build ran; builds are not resumed: create the Build again")
+		return 0, c.updateStatus(ctx, cur, b)
+	case !running && waitsForSource(b) && (c.opts.Sources == nil || !c.opts.Sources.has(b.UID)):
+		b.Status.MarkRunning(buildv1alpha1.ReasonWaitingForSource, fmt.Sprintf(
+			"waiting for the source: PUT a tar or tar.gz archive to /apis/build.knative.dev/v1alpha1/namespaces/%s/builds/%s/source", ns, name))
 		return 0, c.updateStatus(ctx, cur, b)
 	case !running:
 		spec, err := c.podSpec(b, id)
@@ -311,6 +342,11 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	c.log.Info("build ended", "namespace", ns, "build", name, "succeeded", b.Status.Succeeded().Status, "reason", b.Status.Succeeded().Reason)
 	c.stop(ctx, id)
 	return 0, nil
+}
+
+// waitsForSource tells whether the Build's workspace is an upload.
+func waitsForSource(b *buildv1alpha1.Build) bool {
+	return b.Spec.Source != nil && b.Spec.Source.Upload != nil
 }
 
 // complete sets the completion time.
@@ -437,6 +473,9 @@ func (c *Controller) podSpec(b *buildv1alpha1.Build, id string) (pod.Spec, error
 		GracePeriod: c.opts.StopGrace,
 		Volumes:     []pod.Volume{{Name: buildv1alpha1.WorkspaceVolume, EmptyDir: true}},
 	}
+	if waitsForSource(b) {
+		spec.Volumes[0].Seed = &pod.Seed{Path: c.opts.Sources.path(b.UID), Limits: c.opts.SourceLimits}
+	}
 	for i := range b.Spec.Steps {
 		s := b.Spec.Steps[i].DeepCopy()
 		mounted := false
@@ -494,9 +533,7 @@ func (c *Controller) volume(ns string, v corev1.Volume) (pod.Volume, error) {
 			return pod.Volume{}, err
 		}
 		data := map[string][]byte{}
-		for k, d := range s.Data {
-			data[k] = d
-		}
+		maps.Copy(data, s.Data)
 		files, err := keyFiles(data, v.Secret.Items, v.Secret.DefaultMode)
 		return pod.Volume{Name: v.Name, Files: files}, err
 	case v.ConfigMap != nil:
@@ -505,9 +542,7 @@ func (c *Controller) volume(ns string, v corev1.Volume) (pod.Volume, error) {
 			return pod.Volume{}, err
 		}
 		data := map[string][]byte{}
-		for k, d := range cm.BinaryData {
-			data[k] = d
-		}
+		maps.Copy(data, cm.BinaryData)
 		for k, d := range cm.Data {
 			data[k] = []byte(d)
 		}

@@ -32,6 +32,8 @@ import (
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -197,6 +199,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	var builds atomic.Pointer[build.Controller]   // set once it exists
 	var podRuntime atomic.Pointer[pod.Runtime]    // set once the pod runtime exists
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -239,6 +242,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
 		},
+		BuildSource: func(rctx context.Context, b k8sruntime.Object, body io.Reader) error {
+			c := builds.Load()
+			if c == nil {
+				return apierrors.NewServiceUnavailable("the build controller is starting: try again")
+			}
+			return c.Upload(rctx, b, body)
+		},
+		MaxBuildSourceBytes: cfg.Builds.MaxUploadBytes,
 		BuildLogs: func(rctx context.Context, w io.Writer, ns, name string, o apiserver.LogOptions) error {
 			rctx, stop := context.WithCancel(rctx)
 			defer stop()
@@ -463,17 +474,25 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
-	builds, err := build.New(build.Options{
+	sources, err := build.NewSources(filepath.Join(cfg.DataDir, "builds", "sources"))
+	if err != nil {
+		return err
+	}
+	buildCtl, err := build.New(build.Options{
 		Client:              dyn,
 		Informers:           inputs,
 		Pods:                pods,
 		Logs:                logStore,
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
-		Logger:              log.With("component", "build"),
+		Sources:             sources,
+		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
+			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
+		Logger: log.With("component", "build"),
 	})
 	if err != nil {
 		return err
 	}
+	builds.Store(buildCtl)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -519,7 +538,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := builds.Run(runCtx, 2); err != nil {
+		if err := buildCtl.Run(runCtx, 2); err != nil {
 			log.Error("build controller stopped", "err", err)
 		}
 	}()

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,9 +16,14 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/image/imagetest"
 )
+
+// buildUploadLimit is builds.maxUploadBytes in the tests.
+const buildUploadLimit = 1 << 20
 
 // buildEnv is one knbox serve whose builds reach a loopback registry, with
 // the two step images in it: "fetch" (busybox with the runtime-info binary
@@ -33,7 +41,7 @@ func newBuildEnv(t *testing.T) *buildEnv {
 	requireTool(t, "runc")
 	reg := imagetest.StartRegistry(t)
 	cfg := filepath.Join(t.TempDir(), "knbox.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("builds:\n  registries: [%q]\n", reg)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("builds:\n  registries: [%q]\n  maxUploadBytes: %d\n", reg, buildUploadLimit)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	k := newKubectl(t, "--config", cfg)
@@ -106,11 +114,34 @@ func (e *buildEnv) serve(t *testing.T, svc string) map[string]string {
 	return info.Env
 }
 
+// gzipTar is a tar.gz archive of one file.
+func gzipTar(t *testing.T, name, content string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(content))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 // TestBuild: a v1alpha1 Service whose build has two steps (one writes to
 // /workspace, the next makes an image of it and pushes it to a loopback
 // registry) becomes Ready and serves that image; a failing step fails the
 // Revision with the step's message; buildRef to an existing Build works;
-// a build that never ends is stopped at its timeout.
+// a build that never ends is stopped at its timeout; an uploaded source is
+// unpacked into the workspace (over builds.maxUploadBytes: 413); a restart
+// of knbox fails a running build cleanly.
 func TestBuild(t *testing.T) {
 	e := newBuildEnv(t)
 
@@ -246,6 +277,46 @@ spec:
 		e.waitCond(t, "build/forever", `{.status.conditions[?(@.type=="Succeeded")].reason}`, "BuildTimeout", 2*time.Minute)
 		e.waitCond(t, "build/forever", `{.status.conditions[?(@.type=="Succeeded")].status}`, "False", time.Second)
 		e.waitCond(t, "build/forever", `{.status.stepStates[0].terminated.reason}`, "BuildTimeout", time.Second)
+	}
+
+	{ // an uploaded source
+		e.k.must(fmt.Sprintf(`apiVersion: build.knative.dev/v1alpha1
+kind: Build
+metadata:
+  name: uploaded
+spec:
+  source:
+    upload: {}
+  steps:
+  - name: check
+    image: %s
+    command: ["sh", "-c", "cat src/hello.txt; test \"$(cat /workspace/src/hello.txt)\" = 'hello from the upload'"]
+`, e.fetch), "apply", "-f", "-")
+		e.waitCond(t, "build/uploaded", `{.status.conditions[?(@.type=="Succeeded")].reason}`, "WaitingForSource", time.Minute)
+		path := "/apis/build.knative.dev/v1alpha1/namespaces/default/builds/uploaded/source"
+		put := func(body []byte) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return clientFor(t, e.k.srv.dir).RESTClient().Put().AbsPath(path).Body(body).Do(ctx).Error()
+		}
+		big := make([]byte, buildUploadLimit+1)
+		if err := put(big); !apierrors.IsRequestEntityTooLargeError(err) {
+			t.Errorf("an upload over builds.maxUploadBytes: %v, want 413", err)
+		}
+		if err := put(gzipTar(t, "src/hello.txt", "hello from the upload\n")); err != nil {
+			t.Fatalf("upload: %v", err)
+		}
+		e.waitCond(t, "build/uploaded", `{.status.conditions[?(@.type=="Succeeded")].status}`, "True", 2*time.Minute)
+		if err := put(gzipTar(t, "src/hello.txt", "again")); !apierrors.IsConflict(err) {
+			t.Errorf("a second upload: %v, want 409", err)
+		}
+		if err := clientFor(t, e.k.srv.dir).RESTClient().Put().AbsPath("/apis/build.knative.dev/v1alpha1/namespaces/default/builds/forever/source").
+			Body([]byte("x")).Do(context.Background()).Error(); !apierrors.IsBadRequest(err) {
+			t.Errorf("an upload to a Build without source.upload: %v, want 400", err)
+		}
+		if logs := e.k.must("", "get", "--raw", "/apis/build.knative.dev/v1alpha1/namespaces/default/builds/uploaded/log"); !strings.Contains(logs, "hello from the upload") {
+			t.Errorf("build log:\n%s", logs)
+		}
 	}
 
 	{ // bad input

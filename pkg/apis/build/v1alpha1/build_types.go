@@ -21,8 +21,8 @@ type Build struct {
 
 // BuildSpec is what a Build runs.
 type BuildSpec struct {
-	// Source is where the workspace's content comes from. knbox refuses it
-	// for now (see the package documentation).
+	// Source is where the workspace's content comes from before the first
+	// step: an upload (see the package documentation).
 	Source *SourceSpec `json:"source,omitempty"`
 	// Steps are the containers run in order; each must exit 0 for the
 	// next to start.
@@ -38,11 +38,18 @@ type BuildSpec struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
-// SourceSpec is the seed era's source of a build.
+// SourceSpec is the source of a build: exactly one of its fields.
 type SourceSpec struct {
-	// Git is a repository to clone into the workspace.
+	// Git is a repository to clone into the workspace (the seed era's
+	// source; refused by knbox, see the package documentation).
 	Git *GitSourceSpec `json:"git,omitempty"`
+	// Upload is an archive uploaded to the Build's source subresource.
+	Upload *UploadSourceSpec `json:"upload,omitempty"`
 }
+
+// UploadSourceSpec says the build waits for a tar or tar.gz archive PUT to
+// builds/NAME/source, unpacked into /workspace before the first step.
+type UploadSourceSpec struct{}
 
 // GitSourceSpec is a git repository and revision.
 type GitSourceSpec struct {
@@ -96,6 +103,8 @@ const (
 	// ReasonBuildCannotRun: the build could not start (an image that
 	// cannot be pulled, an unknown runtime, a missing Secret, ...).
 	ReasonBuildCannotRun = "BuildCannotRun"
+	// ReasonWaitingForSource: the build waits for its source upload.
+	ReasonWaitingForSource = "WaitingForSource"
 )
 
 var condSet = apis.NewBatchConditionSet()

@@ -19,11 +19,17 @@
 //     (valueFrom and envFrom are refused); ports and probes are refused.
 //   - volumes are emptyDir, secret and configMap volumes, which steps
 //     mount by name; "workspace" is knbox's.
-//   - source is refused for now, with a message that says what to do
-//     instead: a git source needs the network and a git client that knbox
-//     does not ship (a first step that clones, from an image with git,
-//     does the same); an upload of a directory is left to `knbox deploy
-//     --source`, which is not built yet.
+//   - source.upload: the build waits (Succeeded Unknown, reason
+//     WaitingForSource) until a tar or tar.gz archive is PUT to the
+//     builds/NAME/source subresource (at most builds.maxUploadBytes, else
+//     413), then unpacks it into /workspace (bounded by
+//     builds.maxSourceBytes and builds.maxSourceFiles, as safely as an
+//     image layer) and runs the steps. One upload per Build, before it
+//     starts (409 after).
+//   - source.git is refused with a message that says what to do instead: a
+//     git source needs the network and a git client that knbox does not
+//     ship; a first step from an image with git does the same where the
+//     network is reachable (egress on).
 //   - timeout defaults to the operator's builds.defaultTimeout and may not
 //     exceed builds.maxTimeout (pkg/config); the checks here only refuse a
 //     timeout that is not positive.

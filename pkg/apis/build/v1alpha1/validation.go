@@ -84,12 +84,19 @@ func equalSpec(a, b *BuildSpec) bool { return equality.Semantic.DeepEqual(a, b) 
 // Validate checks a BuildSpec.
 func (s *BuildSpec) Validate(ctx context.Context) *apis.FieldError {
 	var errs *apis.FieldError
-	if s.Source != nil {
-		errs = errs.Also(&apis.FieldError{
-			Message: "knbox does not fetch build sources yet",
-			Paths:   []string{"source"},
-			Details: "add a first step that fetches the source into /workspace (for git, a step whose image has git: git clone URL /workspace)",
-		})
+	if src := s.Source; src != nil {
+		switch {
+		case src.Git != nil && src.Upload != nil:
+			errs = errs.Also(apis.ErrMultipleOneOf("source.git", "source.upload"))
+		case src.Git != nil:
+			errs = errs.Also(&apis.FieldError{
+				Message: "knbox does not clone git sources",
+				Paths:   []string{"source.git"},
+				Details: "use source.upload, or a first step whose image has git: git clone URL /workspace",
+			})
+		case src.Upload == nil:
+			errs = errs.Also(apis.ErrMissingOneOf("source.upload"))
+		}
 	}
 	vols := map[string]bool{WorkspaceVolume: true}
 	for i, v := range s.Volumes {

@@ -66,7 +66,11 @@ func TestValidate(t *testing.T) {
 		{"hostPath", func(b *Build) {
 			b.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
 		}, "spec.volumes[0]"},
-		{"source", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://x"}} }, "spec.source"},
+		{"git source", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://x"}} }, "spec.source.git"},
+		{"empty source", func(b *Build) { b.Spec.Source = &SourceSpec{} }, "spec.source.upload"},
+		{"two sources", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://x"}, Upload: &UploadSourceSpec{}}
+		}, "spec.source.git"},
 		{"timeout", func(b *Build) { b.Spec.Timeout = &metav1.Duration{Duration: -time.Second} }, "spec.timeout"},
 		{"service account", func(b *Build) { b.Spec.ServiceAccountName = "Not/Valid" }, "spec.serviceAccountName"},
 	}
