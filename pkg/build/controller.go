@@ -75,7 +75,8 @@ type Options struct {
 	Pods      Pods
 	Logs      Logs
 	// DefaultRuntimeClass is the RuntimeClass whose handler runs the steps
-	// ("": DefaultHandler).
+	// of a Build that names none (buildv1alpha1.RuntimeClassAnnotation;
+	// "": DefaultHandler).
 	DefaultRuntimeClass string
 	// Sources keeps uploaded source archives (nil: Builds with
 	// source.upload wait forever and uploads are refused).
@@ -456,7 +457,7 @@ func (c *Controller) stopBuildPods(ctx context.Context, ns, name, _ string) {
 // podSpec assembles a Build's pod: its steps in order, the workspace and
 // its volumes, the handler of the default RuntimeClass.
 func (c *Controller) podSpec(b *buildv1alpha1.Build, id string) (pod.Spec, error) {
-	handler, err := c.handler()
+	handler, err := c.handler(b)
 	if err != nil {
 		return pod.Spec{}, err
 	}
@@ -507,8 +508,14 @@ func (c *Controller) podSpec(b *buildv1alpha1.Build, id string) (pod.Spec, error
 	return spec, nil
 }
 
-func (c *Controller) handler() (string, error) {
-	class := c.opts.DefaultRuntimeClass
+// handler resolves the Build's RuntimeClass (its annotation, which
+// admission defaults and checks against the namespace's policy, else the
+// server's default) to a runtime handler.
+func (c *Controller) handler(b *buildv1alpha1.Build) (string, error) {
+	class := b.Annotations[buildv1alpha1.RuntimeClassAnnotation]
+	if class == "" {
+		class = c.opts.DefaultRuntimeClass
+	}
 	name := DefaultHandler
 	if class != "" {
 		rc, err := c.rcs.Get(class)

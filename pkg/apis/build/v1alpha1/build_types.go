@@ -84,6 +84,13 @@ type BuildList struct {
 	Items []Build `json:"items"`
 }
 
+// RuntimeClassAnnotation names the RuntimeClass whose handler runs a
+// Build's steps (knative/build had no such field). Admission sets it to the
+// namespace's default RuntimeClass when it is absent and refuses a class the
+// namespace may not use, as for a Revision's runtimeClassName; without it
+// (no namespace default) the server's default applies.
+const RuntimeClassAnnotation = "build.knbox.dev/runtime-class-name"
+
 // BuildSucceeded is the condition of a finished build (the Succeeded of
 // the seed era's errors.md): Unknown while it runs.
 const BuildSucceeded = apis.ConditionSucceeded
