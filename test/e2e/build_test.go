@@ -193,6 +193,10 @@ spec:
 		if logs := e.k.must("", "get", "--raw", "/apis/build.knative.dev/v1alpha1/namespaces/default/builds/built-00001/log"); !strings.Contains(logs, "pushed "+e.reg+"/built/app@sha256:") {
 			t.Errorf("build log:\n%s", logs)
 		}
+		if out, err := run(t, []string{"KNBOX_DATA_DIR=" + e.k.srv.dir, "KUBECONFIG="}, "", knboxBin, "logs", "--build", "built-00001"); err != nil ||
+			!strings.Contains(out, "[push] pushed "+e.reg+"/built/app@sha256:") {
+			t.Errorf("knbox logs --build: %v\n%s", err, out)
+		}
 		// The v1alpha1 view shows the build; the v1 view keeps it in an
 		// annotation.
 		if out := e.k.must("", "get", "services.v1alpha1.serving.knative.dev", "built", "-o", "jsonpath={.spec.runLatest.configuration.build.spec.steps[1].name}"); out != "push" {
