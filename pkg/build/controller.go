@@ -59,9 +59,10 @@ type Pods interface {
 	Handler(name string) (pod.HandlerInfo, bool)
 }
 
-// Logs lays out the steps' log files.
+// Logs lays out the steps' log files, and removes a deleted Build's.
 type Logs interface {
 	Path(namespace, name, id string) (string, error)
+	Remove(namespace, name string) error
 }
 
 // Options configure a Controller.
@@ -246,6 +247,11 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	}
 	if cur == nil || cur.DeletionTimestamp != nil {
 		c.stopBuildPods(ctx, ns, name, "")
+		if cur == nil {
+			if err := c.opts.Logs.Remove(ns, BuildLogGroup(name)); err != nil {
+				c.log.Warn("remove a deleted build's logs", "namespace", ns, "build", name, "err", err)
+			}
+		}
 		return 0, nil
 	}
 	id := PodID(cur)

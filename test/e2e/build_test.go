@@ -385,4 +385,20 @@ spec:
 			t.Errorf("after the restart GREETING %q", env["GREETING"])
 		}
 	}
+
+	{ // a deleted Build's logs go with it
+		logDir := filepath.Join(e.k.srv.dir, "instances", "logs", "default", "_build.uploaded")
+		if _, err := os.Stat(logDir); err != nil {
+			t.Fatalf("build logs: %v", err)
+		}
+		e.k.must("", "delete", "build", "uploaded")
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if _, err := os.Stat(logDir); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a deleted Build's logs are still there: %s", logDir)
+			}
+		}
+	}
 }
