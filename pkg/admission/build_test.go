@@ -14,7 +14,7 @@ import (
 func build(ns, name string, annotations map[string]string) *buildv1alpha1.Build {
 	return &buildv1alpha1.Build{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
-		Spec: buildv1alpha1.BuildSpec{Steps: []corev1.Container{{Name: "s", Image: "example.com/b@sha256:" + strings.Repeat("0", 64)}}},
+		Spec:       buildv1alpha1.BuildSpec{Steps: []corev1.Container{{Name: "s", Image: "example.com/b@sha256:" + strings.Repeat("0", 64)}}},
 	}
 }
 
