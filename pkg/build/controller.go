@@ -107,10 +107,12 @@ type Controller struct {
 	cms      corelisters.ConfigMapLister
 	sas      corelisters.ServiceAccountLister
 	rcs      nodelisters.RuntimeClassLister
-	started  time.Time
 
 	mu   sync.Mutex
 	pods map[string]string // pod id -> namespace/name of builds this process runs
+	// ended holds the pods of builds this process ended, so that an
+	// informer that has not seen the end yet does not start them again.
+	ended map[string]string // pod id -> namespace/name
 }
 
 // New builds a Controller; Run starts it.
@@ -133,7 +135,7 @@ func New(opts Options) (*Controller, error) {
 		sas:     opts.Informers.Core().V1().ServiceAccounts().Lister(),
 		rcs:     opts.Informers.Node().V1().RuntimeClasses().Lister(),
 		pods:    map[string]string{},
-		started: time.Now(),
+		ended:   map[string]string{},
 	}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 10*time.Minute)
 	c.informer = f.ForResource(GVR).Informer()
@@ -246,7 +248,7 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 		return 0, err
 	}
 	if cur == nil || cur.DeletionTimestamp != nil {
-		c.stopBuildPods(ctx, ns, name, "")
+		c.stopBuildPods(ctx, ns, name)
 		if cur == nil {
 			if err := c.opts.Logs.Remove(ns, BuildLogGroup(name)); err != nil {
 				c.log.Warn("remove a deleted build's logs", "namespace", ns, "build", name, "err", err)
@@ -257,6 +259,9 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	id := PodID(cur)
 	b := cur.DeepCopy()
 	if b.Status.IsDone() {
+		c.mu.Lock()
+		delete(c.ended, id) // the informer shows the end now
+		c.mu.Unlock()
 		c.stop(ctx, id)
 		if c.opts.Sources != nil {
 			c.opts.Sources.remove(b.UID)
@@ -271,9 +276,13 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	st, running := c.opts.Pods.Status(id)
 	c.mu.Lock()
 	_, ours := c.pods[id]
+	_, ended := c.ended[id]
 	c.mu.Unlock()
 	now := time.Now()
 	switch {
+	case !running && ended:
+		// Ended by this process; the informer will show it.
+		return time.Second, nil
 	case !running && b.Status.StartTime != nil:
 		// Started by an earlier knbox (or its pod vanished): builds are
 		// not resumed.
@@ -346,6 +355,9 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	if err := c.updateStatus(ctx, cur, b); err != nil {
 		return 0, err
 	}
+	c.mu.Lock()
+	c.ended[id] = ns + "/" + name
+	c.mu.Unlock()
 	c.log.Info("build ended", "namespace", ns, "build", name, "succeeded", b.Status.Succeeded().Status, "reason", b.Status.Succeeded().Reason)
 	c.stop(ctx, id)
 	return 0, nil
@@ -446,12 +458,17 @@ func (c *Controller) forget(id string) {
 }
 
 // stopBuildPods stops the pods of a deleted Build.
-func (c *Controller) stopBuildPods(ctx context.Context, ns, name, _ string) {
+func (c *Controller) stopBuildPods(ctx context.Context, ns, name string) {
 	c.mu.Lock()
 	var ids []string
 	for id, key := range c.pods {
 		if key == ns+"/"+name {
 			ids = append(ids, id)
+		}
+	}
+	for id, key := range c.ended {
+		if key == ns+"/"+name {
+			delete(c.ended, id)
 		}
 	}
 	c.mu.Unlock()
