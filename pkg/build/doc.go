@@ -11,8 +11,8 @@
 // stopped while it ran; start and completion time; each step's state.
 //
 // The steps' output is kept in the log store, in the group BuildLogGroup of
-// the Build's name, after the pod is gone: the API serves it as the
-// builds/NAME/log subresource.
+// the Build's name, after the pod is gone, until the Build is deleted: the
+// API serves it as the builds/NAME/log subresource (knbox logs --build).
 //
 // Builds are not resumed: a Build that was running when knbox stopped is
 // marked BuildInterrupted at the next start (the pod runtime does not adopt
