@@ -1,9 +1,12 @@
 // Package build runs Builds (build.knative.dev/v1alpha1): each Build's
 // steps run as one Sequential pod of the pod runtime (package pod), one
 // step after another, in the sandbox and with the isolation instances get
-// (the handler of knbox's default RuntimeClass, the operator's seccomp
-// profile, masked paths and limits, the steps' own resource limits), with
-// an emptyDir "workspace" mounted at /workspace in every step. It writes
+// (the handler of the Build's RuntimeClass, buildv1alpha1.RuntimeClassAnnotation,
+// which admission defaults and checks as it does a Revision's, else knbox's
+// default; the operator's seccomp profile, masked paths and limits; the
+// steps' own resource limits), with an emptyDir "workspace" mounted at
+// /workspace in every step, unpacked first from the uploaded source archive
+// when the Build has source.upload (Sources, Controller.Upload). It writes
 // the Build's status: Succeeded Unknown while it runs, True at the end,
 // False with the failing step's termination message (reason BuildFailed),
 // BuildTimeout when the build ran past its timeout (it is stopped),
