@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/knbox/knbox/pkg/apiserver"
+	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/registry"
+)
+
+// registryNames are the names under which Revisions may name pushed
+// images: the registry's address as reached from this host (with
+// localhost for a loopback address) and the configured names
+// (registry.knbox.local).
+func registryNames(cfg *config.Config, addr net.Addr) []string {
+	names := []string{clientAddr(addr)}
+	if tcp, ok := addr.(*net.TCPAddr); ok && (tcp.IP.IsLoopback() || tcp.IP.IsUnspecified()) {
+		names = append(names, net.JoinHostPort("localhost", strconv.Itoa(tcp.Port)))
+	}
+	for _, n := range cfg.Registry.Names {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// serveRegistry serves the embedded registry on ln: plain HTTP on
+// loopback (where docker, crane and ko use it without being told), HTTPS
+// with the API's certificate on any other address, since the token travels
+// with every request. Authentication and authorization are the API's.
+func serveRegistry(cfg *config.Config, ln net.Listener, images *image.Store, api *apiserver.Server, cert tls.Certificate,
+	errc chan<- error, log *slog.Logger) (*http.Server, error) {
+	rc := cfg.Registry
+	h, err := registry.New(registry.Options{
+		Store:            images,
+		Authenticate:     api.AuthenticateToken,
+		Authorizer:       api,
+		MaxBlobBytes:     int64(rc.MaxBlobBytes),
+		MaxManifestBytes: int64(rc.MaxManifestBytes),
+		MaxUploads:       rc.MaxUploads,
+		UploadTTL:        rc.UploadTTL.D(),
+		Logger:           log.With("component", "registry"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	lim := cfg.Limits.API
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeaderTimeout.D(), IdleTimeout: lim.IdleTimeout.D(),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	tcp, ok := ln.Addr().(*net.TCPAddr)
+	if ok && tcp.IP.IsLoopback() {
+		go func() { errc <- srv.Serve(ln) }()
+		log.Info("registry serving", "addr", "http://"+ln.Addr().String())
+		return srv, nil
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	log.Info("registry serving", "addr", "https://"+ln.Addr().String())
+	return srv, nil
+}
