@@ -219,7 +219,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	srv, err := apiserver.New(apiserver.Options{
+	var srv *apiserver.Server // the registry's images are authorized by its RBAC
+	admitter.RegistryImage = registryImageCheck(iopts.LocalRegistries, func() *apiserver.Server { return srv })
+	srv, err = apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: admitter,

@@ -1,13 +1,22 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/knbox/knbox/pkg/admission"
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/image"
@@ -24,7 +33,7 @@ func registryNames(cfg *config.Config, addr net.Addr) []string {
 		names = append(names, net.JoinHostPort("localhost", strconv.Itoa(tcp.Port)))
 	}
 	for _, n := range cfg.Registry.Names {
-		if !slices.Contains(names, n) {
+		if n = strings.ToLower(n); !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
@@ -64,4 +73,36 @@ func serveRegistry(cfg *config.Config, ln net.Listener, images *image.Store, api
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	log.Info("registry serving", "addr", "https://"+ln.Addr().String())
 	return srv, nil
+}
+
+// registryImageCheck is admission's RegistryImage: an image of the
+// embedded registry (one of names) whose repository is in another
+// namespace may be named only by a user who may pull it there, as the
+// registry itself would decide. Images of other registries, and of the
+// object's own namespace, pass.
+func registryImageCheck(names []string, api func() *apiserver.Server) func(ctx context.Context, u admission.User, namespace, img string) (string, error) {
+	return func(ctx context.Context, u admission.User, namespace, img string) (string, error) {
+		ref, err := name.ParseReference(img)
+		if err != nil || !slices.Contains(names, strings.ToLower(ref.Context().RegistryStr())) {
+			return "", nil // Knative's validation speaks about a malformed image
+		}
+		repoNS, rest, _ := strings.Cut(ref.Context().RepositoryStr(), "/")
+		if repoNS == namespace {
+			return "", nil
+		}
+		srv := api()
+		if srv == nil {
+			return "", errors.New("the API server is starting")
+		}
+		attrs := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups},
+			Verb: "get", Namespace: repoNS, APIGroup: registry.APIGroup, APIVersion: "v1", Resource: registry.Resource, Name: rest, ResourceRequest: true}
+		d, _, err := srv.Authorize(ctx, attrs)
+		if err != nil {
+			return "", err
+		}
+		if d != authorizer.DecisionAllow {
+			return fmt.Sprintf("an image of knbox's registry in namespace %q: user %q may not pull it (get on repositories.%s %q in %q)", repoNS, u.Name, registry.APIGroup, rest, repoNS), nil
+		}
+		return "", nil
+	}
 }

@@ -124,8 +124,21 @@ spec:
 		}
 	}
 
+	// alice may name her namespace's image, not default's, which she
+	// cannot pull.
+	svcIn := func(name, img string) string {
+		return "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata:\n  name: " + name + "\n  namespace: team-a\nspec:\n  template:\n    spec:\n      containers:\n      - image: " + img + "\n"
+	}
+	if out, err := k.run(svcIn("own", "registry.knbox.local/team-a/runtime-info:v1"), "--token", "alice-secret-token", "apply", "-f", "-"); err != nil {
+		t.Errorf("alice's Service naming her image: %v\n%s", err, out)
+	}
+	out, err := k.run(svcIn("theirs", "registry.knbox.local/default/runtime-info:v1"), "--token", "alice-secret-token", "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "may not pull it") {
+		t.Errorf("alice's Service naming default's image: %v\n%s", err, out)
+	}
+
 	// knbox deploy of the pushed image: progress, then the URL.
-	out, err := run(t, []string{"KNBOX_DATA_DIR=" + k.srv.dir, "KUBECONFIG="}, "", knboxBin,
+	out, err = run(t, []string{"KNBOX_DATA_DIR=" + k.srv.dir, "KUBECONFIG="}, "", knboxBin,
 		"deploy", "deployed", "--image", "registry.knbox.local/default/runtime-info:v1", "--env", "GREETING=hi", "--timeout", "120s")
 	if err != nil {
 		t.Fatalf("knbox deploy: %v\n%s", err, out)
