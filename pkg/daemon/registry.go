@@ -60,10 +60,11 @@ func serveRegistry(cfg *config.Config, ln net.Listener, images *image.Store, api
 	if err != nil {
 		return nil, err
 	}
-	lim := cfg.Limits.API
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeaderTimeout.D(), IdleTimeout: lim.IdleTimeout.D(),
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	// The API's connection limits and timeouts (no read timeout: a layer
+	// upload may take long).
+	srv := apiListen(cfg).Apply(&http.Server{Handler: h, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)})
 	tcp, ok := ln.Addr().(*net.TCPAddr)
+	ln = apiListen(cfg).Listener(ln)
 	if ok && tcp.IP.IsLoopback() {
 		go func() { errc <- srv.Serve(ln) }()
 		log.Info("registry serving", "addr", "http://"+ln.Addr().String())
