@@ -37,6 +37,16 @@ func TestRegistryPushThenServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The instances go before knbox does (cleanups run last first), so
+	// that stopping it on a busy machine has little left to stop.
+	t.Cleanup(func() {
+		for _, ns := range []string{"default", "team-a"} {
+			_, _ = k.run("", "delete", "ksvc", "--all", "-n", ns, "--timeout=60s")
+			if out, err := k.run("", "wait", "--for=delete", "pod", "--all", "-n", ns, "--timeout=120s"); err != nil {
+				t.Logf("pods of %s still there: %v\n%s", ns, err, out)
+			}
+		}
+	})
 	adminAuth := &authn.Basic{Username: "whoever", Password: strings.TrimSpace(string(admin))}
 	reg := k.srv.registryAddr
 
