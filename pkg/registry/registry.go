@@ -329,6 +329,10 @@ func (h *Handler) startUpload(w http.ResponseWriter, r *http.Request, u user.Inf
 			h.writeError(w, fail(http.StatusBadRequest, "DIGEST_INVALID", "digest %q is not a sha256 digest", d))
 			return
 		}
+		if r.ContentLength > h.opts.MaxBlobBytes {
+			h.writeError(w, h.tooLarge(r.ContentLength))
+			return
+		}
 		up, err := h.opts.Store.NewUpload()
 		if err != nil {
 			h.writeError(w, err)
@@ -372,6 +376,11 @@ func (h *Handler) uploadError(err error) error {
 		return fail(http.StatusRequestEntityTooLarge, "SIZE_INVALID", "%v", err)
 	}
 	return fail(http.StatusBadRequest, "BLOB_UPLOAD_INVALID", "reading the upload: %v", err)
+}
+
+// tooLarge is the 413 of a blob of n bytes, said before reading it.
+func (h *Handler) tooLarge(n int64) error {
+	return fail(http.StatusRequestEntityTooLarge, "SIZE_INVALID", "the blob is %d bytes, more than %d (registry.maxBlobBytes)", n, h.opts.MaxBlobBytes)
 }
 
 // commit checks and stores a finished upload and answers 201.
@@ -484,6 +493,11 @@ func (h *Handler) serveUpload(w http.ResponseWriter, r *http.Request, u user.Inf
 				h.writeError(w, fail(http.StatusRequestedRangeNotSatisfiable, "BLOB_UPLOAD_INVALID", "Content-Range %q does not start at %d, the bytes received so far", cr, s.up.Size()))
 				return
 			}
+		}
+		if r.ContentLength > 0 && s.up.Size()+r.ContentLength > h.opts.MaxBlobBytes {
+			h.endSession(rt.ref, s)
+			h.writeError(w, h.tooLarge(s.up.Size()+r.ContentLength))
+			return
 		}
 		if _, err := s.up.Append(r.Context(), r.Body, h.opts.MaxBlobBytes); err != nil {
 			h.endSession(rt.ref, s)

@@ -341,6 +341,18 @@ func TestChunkedUpload(t *testing.T) {
 	if resp := f.do(t, "PATCH", loc, []byte("a"), nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("session after 413: %d", resp.StatusCode)
 	}
+	// Over the limit in a body of unknown length: counted as it streams.
+	resp = f.do(t, "POST", "/v2/team-a/app/blobs/uploads/", nil, nil)
+	req, _ := http.NewRequest("PATCH", f.srv.URL+resp.Header.Get("Location"), io.MultiReader(bytes.NewReader(bytes.Repeat([]byte("b"), 100))))
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	streamed, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed.Body.Close()
+	if req.ContentLength != 0 || streamed.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("streamed over the limit: length %d, status %d", req.ContentLength, streamed.StatusCode)
+	}
 }
 
 // TestUploadSessionsBounded: MaxUploads sessions at once (429 beyond),
