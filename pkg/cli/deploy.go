@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -144,7 +145,11 @@ func (s *session) deploy(ctx context.Context, out io.Writer, name string, o depl
 	if o.noWait {
 		return nil
 	}
-	return waitDeployed(ctx, out, sc, svc, o.timeout)
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	return waitDeployed(ctx, out, sc, kube, svc, o.timeout)
 }
 
 // changeService applies deploy's flags to the Service's spec.
@@ -323,7 +328,7 @@ func parseTags(flags []string) (map[string]string, error) {
 
 // waitDeployed shows the Service's progress until it is Ready for its
 // latest generation (and prints its URL), it fails, or timeout passes.
-func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface, svc *servingv1.Service, timeout time.Duration) error {
+func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface, kube kubernetes.Interface, svc *servingv1.Service, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	gen := svc.Generation
@@ -346,11 +351,32 @@ func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface
 			if rev != "" {
 				say(fmt.Sprintf("Revision %s created", rev))
 				if r, err := sc.ServingV1().Revisions(svc.Namespace).Get(ctx, rev, metav1.GetOptions{}); err == nil {
+					for _, cs := range r.Status.ContainerStatuses {
+						if cs.ImageDigest != "" {
+							say(fmt.Sprintf("Revision %s: image resolved to %s", rev, cs.ImageDigest))
+						}
+					}
 					for _, c := range r.Status.Conditions {
 						if c.Reason == "" && c.Message == "" {
 							continue
 						}
 						say(fmt.Sprintf("Revision %s: %s %s: %s %s", rev, c.Type, c.Status, c.Reason, c.Message))
+					}
+				}
+				// The instances, as Pods: pulling and starting.
+				pods, err := kube.CoreV1().Pods(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
+				if err == nil {
+					for _, p := range pods.Items {
+						for _, c := range p.Status.ContainerStatuses {
+							switch {
+							case c.State.Waiting != nil:
+								say(strings.TrimSpace(fmt.Sprintf("Instance %s: %s %s", p.Name, c.State.Waiting.Reason, c.State.Waiting.Message)))
+							case c.State.Running != nil && c.Ready:
+								say(fmt.Sprintf("Instance %s: %s ready", p.Name, c.Name))
+							case c.State.Running != nil:
+								say(fmt.Sprintf("Instance %s: %s running", p.Name, c.Name))
+							}
+						}
 					}
 				}
 			}

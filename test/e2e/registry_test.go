@@ -41,8 +41,8 @@ func TestRegistryPushThenServe(t *testing.T) {
 	// that stopping it on a busy machine has little left to stop.
 	t.Cleanup(func() {
 		for _, ns := range []string{"default", "team-a"} {
-			_, _ = k.run("", "delete", "ksvc", "--all", "-n", ns, "--timeout=60s")
-			if out, err := k.run("", "wait", "--for=delete", "pod", "--all", "-n", ns, "--timeout=120s"); err != nil {
+			_, _ = k.run("", "delete", "ksvc", "--all", "-n", ns, "--timeout=50s")
+			if out, err := k.run("", "wait", "--for=delete", "pod", "--all", "-n", ns, "--timeout=50s"); err != nil {
 				t.Logf("pods of %s still there: %v\n%s", ns, err, out)
 			}
 		}
@@ -153,7 +153,8 @@ spec:
 	if err != nil {
 		t.Fatalf("knbox deploy: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Creating Service default/deployed", "Revision deployed-00001 created", "http://deployed.default."} {
+	t.Logf("knbox deploy:\n%s", out)
+	for _, want := range []string{"Creating Service default/deployed", "Revision deployed-00001 created", "image resolved to registry.knbox.local/default/runtime-info@sha256:", "http://deployed.default."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("knbox deploy printed no %q:\n%s", want, out)
 		}
