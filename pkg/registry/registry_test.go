@@ -41,7 +41,7 @@ type fixture struct {
 	now   time.Time
 }
 
-func newFixture(t *testing.T, mod func(*Options)) *fixture {
+func newFixture(t testing.TB, mod func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{now: time.Unix(1_700_000_000, 0)}
 	srv := httptest.NewUnstartedServer(nil)
@@ -422,5 +422,26 @@ func TestPruneKeepsTagged(t *testing.T) {
 	infos, _ := f.store.List()
 	if len(infos) != 1 || infos[0].Digest != curD.String() {
 		t.Errorf("cached images after prune: %+v, want only %s", infos, curD)
+	}
+}
+
+// BenchmarkPush: remote.Write of an image with one 16 MiB layer (random,
+// so gzip does not shrink it) into the registry, each push a new image.
+func BenchmarkPush(b *testing.B) {
+	f := newFixture(b, nil)
+	const size = 16 << 20
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		img, err := random.Image(size, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ref, _ := name.ParseReference(f.host + "/team-a/bench:v1")
+		b.StartTimer()
+		if err := remote.Write(ref, img, remote.WithAuth(basic(aliceToken))); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
