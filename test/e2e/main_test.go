@@ -198,9 +198,14 @@ func (s *server) stop() {
 	default:
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	// A server that stops its instances (--keep-instances=false) removes
+	// their processes, mounts and cgroups before it exits; on a loaded
+	// machine that takes seconds per instance, and a SIGKILL meanwhile
+	// leaves them behind. So the wait is generous.
 	select {
 	case <-s.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(90 * time.Second):
+		s.t.Logf("knbox serve did not stop 90s after SIGTERM; killing it")
 		s.kill()
 	}
 }
