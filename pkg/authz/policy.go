@@ -28,6 +28,14 @@ const (
 	InternalBinding = "system:knbox"
 )
 
+// The embedded registry's authorization vocabulary: pulling a repository
+// <namespace>/<name> is "get", pushing "create", deleting "delete" on
+// RegistryResource of RegistryGroup in the namespace, named <name>.
+const (
+	RegistryGroup    = "registry.knbox.dev"
+	RegistryResource = "repositories"
+)
+
 var (
 	read  = []string{"get", "list", "watch"}
 	write = []string{"create", "delete", "deletecollection", "patch", "update"}
@@ -123,6 +131,12 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule([]string{"create", "update", "patch", "delete"}, "build.knative.dev", "*")),
 		defaultRole("knative-build-namespaced-view", buildLabels(aggregateToView), "",
 			rule(read, "build.knative.dev", "*")),
+		// knbox's embedded registry (pkg/registry): edit (and so admin)
+		// push and pull the repositories of their namespace, view pulls.
+		defaultRole("knbox-registry-edit", map[string]string{aggregateToEdit: "true"}, "",
+			rule([]string{"get", "list", "create", "update", "delete"}, RegistryGroup, RegistryResource)),
+		defaultRole("knbox-registry-view", map[string]string{aggregateToView: "true"}, "",
+			rule(read, RegistryGroup, RegistryResource)),
 	}
 }
 

@@ -132,6 +132,8 @@ type Config struct {
 	ClusterDomain string `json:"clusterDomain,omitempty"`
 	// Builds configures build.knative.dev Builds (builds.go).
 	Builds Builds `json:"builds,omitempty"`
+	// Registry configures the embedded OCI registry (registry.go).
+	Registry Registry `json:"registry,omitempty"`
 }
 
 // DefaultClusterDomain is Kubernetes' and Knative's cluster domain.
@@ -193,6 +195,7 @@ func parse(b []byte) (*Config, error) {
 		Observability:       f.Observability,
 		ClusterDomain:       f.ClusterDomain,
 		Builds:              f.Builds,
+		Registry:            f.Registry,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -244,6 +247,7 @@ type fileConfig struct {
 	Observability       Observability                         `json:"observability"`
 	ClusterDomain       string                                `json:"clusterDomain"`
 	Builds              Builds                                `json:"builds"`
+	Registry            Registry                              `json:"registry"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -300,6 +304,7 @@ func (c *Config) applyDefaults() {
 	c.applyRuntimeDefaults()
 	c.Egress.applyDefaults()
 	c.Limits.applyDefaults()
+	c.Registry.applyDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -411,6 +416,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Builds.validate(); err != nil {
+		return err
+	}
+	if err := c.Registry.validate(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {

@@ -74,6 +74,9 @@ func TestDefaults(t *testing.T) {
 		ClusterDomain: "cluster.local",
 		Builds: Builds{DefaultTimeout: DefaultBuildTimeout, MaxTimeout: DefaultMaxBuildTimeout, MaxUploadBytes: DefaultMaxBuildUploadBytes,
 			MaxSourceBytes: DefaultMaxBuildSourceBytes, MaxSourceFiles: DefaultMaxBuildSourceFiles},
+		Registry: Registry{Addr: DefaultRegistryAddr, Names: []string{DefaultRegistryName}, MaxBlobBytes: DefaultRegistryMaxBlobBytes,
+			MaxManifestBytes: DefaultRegistryMaxManifest, MaxUploads: DefaultRegistryMaxUploads,
+			UploadTTL: Duration(DefaultRegistryUploadTTL), BlobGrace: Duration(DefaultRegistryBlobGrace)},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
