@@ -84,6 +84,9 @@ type Options struct {
 	Sources *Sources
 	// SourceLimits bound what an archive unpacks to in the workspace.
 	SourceLimits image.ArchiveLimits
+	// Registry, when set, gives the steps credentials for knbox's embedded
+	// registry (see RegistryAccess).
+	Registry *RegistryAccess
 	// StopGrace is the grace period of a step stopped at the timeout (0:
 	// DefaultStopGrace).
 	StopGrace time.Duration
@@ -295,6 +298,9 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 		return 0, c.updateStatus(ctx, cur, b)
 	case !running:
 		spec, err := c.podSpec(b, id)
+		if err == nil {
+			c.registryCredentials(ctx, b, timeout, &spec)
+		}
 		if err == nil {
 			c.mu.Lock()
 			c.pods[id] = ns + "/" + name

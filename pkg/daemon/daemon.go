@@ -427,6 +427,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		}
 		buildRegistries = append(buildRegistries, a)
 	}
+	// The embedded registry is one of them, with credentials for the
+	// steps (the Build's ServiceAccount's token).
+	var buildRegistry *build.RegistryAccess
+	if regLn != nil {
+		if a, err := config.LoopbackRegistry(clientAddr(regLn.Addr())); err == nil {
+			if !slices.Contains(buildRegistries, a) {
+				buildRegistries = append(buildRegistries, a)
+			}
+			buildRegistry = &build.RegistryAccess{Hosts: []string{a.String()}}
+		}
+	}
 	buildNet := build.Network(buildRegistries, log.With("component", "build"))
 	pods, err := pod.New(pod.Options{
 		Images:           images,
@@ -497,6 +508,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
+	if buildRegistry != nil {
+		buildRegistry.Tokens = srv
+	}
 	sources, err := build.NewSources(filepath.Join(cfg.DataDir, "builds", "sources"))
 	if err != nil {
 		return err
@@ -508,6 +522,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Logs:                logStore,
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
 		Sources:             sources,
+		Registry:            buildRegistry,
 		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
 			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
 		Logger: log.With("component", "build"),

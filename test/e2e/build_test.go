@@ -283,6 +283,44 @@ spec:
 		e.waitCond(t, "build/forever", `{.status.stepStates[0].terminated.reason}`, "BuildTimeout", time.Second)
 	}
 
+	{ // a build pushes to knbox's embedded registry with its ServiceAccount's token
+		reg := e.k.srv.registryAddr
+		e.k.must("", "create", "serviceaccount", "builder")
+		e.k.must("", "create", "rolebinding", "builder-push", "--clusterrole=knbox-registry-edit", "--serviceaccount=default:builder")
+		ref := reg + "/default/embedded:v1"
+		e.k.must(fmt.Sprintf(`apiVersion: serving.knative.dev/v1alpha1
+kind: Service
+metadata:
+  name: embedded
+spec:
+  runLatest:
+    configuration:
+      build:
+        serviceAccountName: builder
+        steps:%s
+      revisionTemplate:
+        spec:
+          container:
+            image: %s
+`, e.steps(8, ref, ""), ref), "apply", "-f", "-")
+		e.waitCond(t, "ksvc.v1.serving.knative.dev/embedded", `{.status.conditions[?(@.type=="Ready")].status}`, "True", 3*time.Minute)
+		if env := e.serve(t, "embedded"); env["GREETING"] != "built by knbox step one" {
+			t.Errorf("GREETING %q", env["GREETING"])
+		}
+		// Without a role the push is refused, and the build says so.
+		e.k.must(fmt.Sprintf(`apiVersion: build.knative.dev/v1alpha1
+kind: Build
+metadata:
+  name: unauthorized
+spec:
+  steps:%s
+`, e.steps(2, reg+"/default/nope:v1", "")), "apply", "-f", "-")
+		e.waitCond(t, "build/unauthorized", `{.status.conditions[?(@.type=="Succeeded")].status}`, "False", 2*time.Minute)
+		if msg := e.k.must("", "get", "build/unauthorized", "-o", `jsonpath={.status.conditions[?(@.type=="Succeeded")].message}`); !strings.Contains(msg, `step "push"`) || !strings.Contains(strings.ToLower(msg), "denied") && !strings.Contains(msg, "403") && !strings.Contains(strings.ToUpper(msg), "UNAUTHORIZED") {
+			t.Errorf("an unauthorized push: %q", msg)
+		}
+	}
+
 	{ // an uploaded source
 		e.k.must(fmt.Sprintf(`apiVersion: build.knative.dev/v1alpha1
 kind: Build

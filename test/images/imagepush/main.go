@@ -8,7 +8,8 @@
 //
 // Each -env-file sets NAME in the image's environment to the file's
 // content (trimmed), so a test sees what the earlier steps wrote. Plain
-// HTTP is used for loopback registries. It prints the pushed digest
+// HTTP is used for loopback registries; credentials come from
+// $DOCKER_CONFIG/config.json when there is one. It prints the pushed digest
 // reference and writes it to /dev/termination-log.
 package main
 
@@ -22,6 +23,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -107,7 +109,9 @@ func push(refStr, bin string, envs []string) error {
 	if err != nil {
 		return err
 	}
-	if err := remote.Write(ref, img); err != nil {
+	// Credentials as docker, crane and ko find them: $DOCKER_CONFIG (knbox
+	// gives build steps one for its embedded registry).
+	if err := remote.Write(ref, img, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := img.Digest()

@@ -18,7 +18,8 @@
 //     directory unless it names one). A step's env holds plain values
 //     (valueFrom and envFrom are refused); ports and probes are refused.
 //   - volumes are emptyDir, secret and configMap volumes, which steps
-//     mount by name; "workspace" is knbox's.
+//     mount by name; "workspace" and names starting with "knbox-" are
+//     knbox's.
 //   - source.upload: the build waits (Succeeded Unknown, reason
 //     WaitingForSource) until a tar or tar.gz archive is PUT to the
 //     builds/NAME/source subresource (at most builds.maxUploadBytes, else

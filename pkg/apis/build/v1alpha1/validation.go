@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -104,6 +105,8 @@ func (s *BuildSpec) Validate(ctx context.Context) *apis.FieldError {
 		switch {
 		case v.Name == WorkspaceVolume:
 			errs = errs.Also(apis.ErrInvalidValue(v.Name, p+".name", "the name workspace is the build's own volume"))
+		case strings.HasPrefix(v.Name, "knbox-"):
+			errs = errs.Also(apis.ErrInvalidValue(v.Name, p+".name", "names starting with knbox- are knbox's"))
 		case len(validation.IsDNS1123Label(v.Name)) > 0:
 			errs = errs.Also(apis.ErrInvalidValue(v.Name, p+".name", "must be a DNS label"))
 		case vols[v.Name]:

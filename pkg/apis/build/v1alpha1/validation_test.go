@@ -63,6 +63,7 @@ func TestValidate(t *testing.T) {
 		{"relative mount", func(b *Build) { b.Spec.Steps[0].VolumeMounts[1].MountPath = "creds" }, "spec.steps[0].volumeMounts[1].mountPath"},
 		{"over workspace", func(b *Build) { b.Spec.Steps[0].VolumeMounts[1].MountPath = "/workspace/" }, "spec.steps[0].volumeMounts[1].mountPath"},
 		{"volume named workspace", func(b *Build) { b.Spec.Volumes[0].Name = "workspace" }, "spec.volumes[0].name"},
+		{"volume named knbox-", func(b *Build) { b.Spec.Volumes[0].Name = "knbox-registry-auth" }, "spec.volumes[0].name"},
 		{"hostPath", func(b *Build) {
 			b.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
 		}, "spec.volumes[0]"},
