@@ -3,6 +3,9 @@ package build
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,11 +18,13 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
+	"github.com/knbox/knbox/pkg/serviceaccount"
 )
 
 func TestSources(t *testing.T) {
@@ -148,5 +153,49 @@ func TestForward(t *testing.T) {
 	if c, err := ns.Dial(ctx, "tcp", addr.String()); err == nil {
 		c.Close()
 		t.Error("the forward still listens after Close")
+	}
+}
+
+type fakeTokens struct{ fail bool }
+
+func (f fakeTokens) Issue(_ context.Context, ns, sa string, _ []string, exp int64, _ *serviceaccount.BoundObject) (string, time.Time, error) {
+	if f.fail {
+		return "", time.Time{}, errors.New("serviceaccount not found")
+	}
+	return "token-of-" + ns + "-" + sa, time.Now().Add(time.Duration(exp) * time.Second), nil
+}
+
+// TestRegistryCredentials: every step gets the docker config of the
+// Build's ServiceAccount (DOCKER_CONFIG unless it sets its own); a
+// ServiceAccount without a token gets none.
+func TestRegistryCredentials(t *testing.T) {
+	c := &Controller{opts: Options{Registry: &RegistryAccess{Hosts: []string{"127.0.0.1:5000"}, Tokens: fakeTokens{}}}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	b := &buildv1alpha1.Build{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "team-a"}, Spec: buildv1alpha1.BuildSpec{ServiceAccountName: "builder"}}
+	spec := pod.Spec{Containers: []corev1.Container{{Name: "a"}, {Name: "b", Env: []corev1.EnvVar{{Name: "DOCKER_CONFIG", Value: "/mine"}}}}}
+	c.registryCredentials(context.Background(), b, time.Minute, &spec)
+	if len(spec.Volumes) != 1 || spec.Volumes[0].Name != RegistryVolume {
+		t.Fatalf("volumes %+v", spec.Volumes)
+	}
+	var cfg struct {
+		Auths map[string]struct{ Auth string } `json:"auths"`
+	}
+	if err := json.Unmarshal(spec.Volumes[0].Files["config.json"].Data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	auth, _ := base64.StdEncoding.DecodeString(cfg.Auths["127.0.0.1:5000"].Auth)
+	if string(auth) != "builder:token-of-team-a-builder" {
+		t.Errorf("auth %q", auth)
+	}
+	if e := spec.Containers[0].Env; len(e) != 1 || e[0].Value != RegistryConfigDir || len(spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("step a: %+v", spec.Containers[0])
+	}
+	if e := spec.Containers[1].Env; len(e) != 1 || e[0].Value != "/mine" {
+		t.Errorf("a step's own DOCKER_CONFIG was replaced: %+v", e)
+	}
+	c.opts.Registry.Tokens = fakeTokens{fail: true}
+	spec = pod.Spec{Containers: []corev1.Container{{Name: "a"}}}
+	c.registryCredentials(context.Background(), b, time.Minute, &spec)
+	if len(spec.Volumes) != 0 || len(spec.Containers[0].Env) != 0 {
+		t.Errorf("credentials without a token: %+v", spec)
 	}
 }
