@@ -145,6 +145,8 @@ type revision struct {
 	retries   int      // failed attempts to make an instance, in a row
 	nextTry   time.Time
 	dirty     map[string]bool // changed sources whose volumes are to be rewritten
+	// automount: rev has the ServiceAccount volume (addAPIAccess).
+	automount bool
 	instances map[string]*instance
 	want      int32
 }
@@ -185,6 +187,11 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		instances: map[string]*instance{},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
+	// Decided once, as admission decides once per pod.
+	r.automount = m.automount(r.rev)
+	if r.automount {
+		addAPIAccess(r.rev)
+	}
 	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
@@ -388,6 +395,9 @@ func (r *revision) update(rev *servingv1.Revision) State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rev = rev.DeepCopy()
+	if r.automount {
+		addAPIAccess(r.rev)
+	}
 	r.want = r.wantLocked(desired, known)
 	return r.stateLocked()
 }
