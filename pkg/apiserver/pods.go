@@ -226,7 +226,9 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 			// instances are being stopped with their Revisions.
 			return nil
 		}
-		want.UID = uuid.NewUUID()
+		if want.UID == "" { // the source names none: a UID of the API's
+			want.UID = uuid.NewUUID()
+		}
 		want.Finalizers = []string{PodFinalizer}
 		want.DeletionTimestamp, want.DeletionGracePeriodSeconds = nil, nil
 		_, err := s.store.Create(s.key(k, ns, name), func(rev int64) ([]byte, error) {

@@ -131,11 +131,13 @@ type Options struct {
 	ProgressDeadline time.Duration
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
-	// Event, when set, receives events about Revisions: an instance
+	// Event, when set, receives events about Revisions (an instance
 	// Created, one that could not be run (RunContainerError),
-	// ProgressDeadlineExceeded, and the events of the pods (PodEvent:
-	// Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
-	// Evicted, as the kubelet names them). It must not block.
+	// ProgressDeadlineExceeded) and, about their Pods (kind Pod, named and
+	// UIDed as Pods shows them: PodName, PodUID), the events of the pods
+	// (PodEvent: Pulling, Pulled, Created, Started, Killing, BackOff,
+	// Unhealthy, Failed, Evicted, as the kubelet names them). It must not
+	// block.
 	Event func(about corev1.ObjectReference, eventType, reason, message string)
 }
 

@@ -1079,16 +1079,15 @@ func (r *revision) instanceEnded(in *instance) {
 	r.m.notify(r.key)
 }
 
-// podEvent sends an event of one of the revision's pods as an event
-// about the revision, naming the instance (and its container).
+// podEvent sends an event of one of the revision's pods about its Pod
+// (kind Pod, its name and UID, the container's field path), as the
+// kubelet records them, so that `kubectl describe pod` shows them.
 func (r *revision) podEvent(e pod.Event) {
 	typ := corev1.EventTypeNormal
 	if e.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	r.mu.Lock()
-	ev := r.eventLocked(typ, e.Reason, "instance "+e.Pod+": "+e.Message)
-	r.mu.Unlock()
+	ev := event{about: podRef(r.key.namespace, r.key.name, e.Pod), typ: typ, reason: e.Reason, message: e.Message}
 	if e.Container != "" {
 		ev.about.FieldPath = "spec.containers{" + e.Container + "}"
 	}
