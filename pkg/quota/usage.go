@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/kubectl/pkg/util/resource"
 )
 
 // PodUsage is what one instance of an effective pod spec (see EffectivePod)
@@ -15,7 +16,7 @@ import (
 // larger), limits.* its limits; hugepages and extended resources
 // (requests.example.com/gpu) likewise.
 func PodUsage(pod *corev1.PodSpec) corev1.ResourceList {
-	req, lim := podRequests(pod), podLimits(pod)
+	req, lim := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
 	one := resource.MustParse("1")
 	out := corev1.ResourceList{corev1.ResourcePods: one, "count/pods": one.DeepCopy()}
 	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
@@ -39,33 +40,21 @@ func PodUsage(pod *corev1.PodSpec) corev1.ResourceList {
 	return out
 }
 
-// podRequests: per resource, the larger of the containers' sum and the
-// largest init container (init containers run one at a time, before).
+// podRequests and podLimits are the pod's requests and limits as
+// Kubernetes computes them (kubectl's PodRequestsAndLimits, the same rules
+// as the scheduler's and quota's): per resource, the larger of the
+// containers' sum and the largest init container (init containers run one
+// at a time, before), plus the pod's overhead (its RuntimeClass's
+// overhead.podFixed, WithOverhead), which is added to every request and to
+// the limits that are set.
 func podRequests(pod *corev1.PodSpec) corev1.ResourceList {
-	return podTotal(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Requests })
+	req, _ := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
+	return req
 }
 
 func podLimits(pod *corev1.PodSpec) corev1.ResourceList {
-	return podTotal(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Limits })
-}
-
-func podTotal(pod *corev1.PodSpec, get func(*corev1.Container) corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for i := range pod.Containers {
-		for n, q := range get(&pod.Containers[i]) {
-			v := out[n]
-			v.Add(q)
-			out[n] = v
-		}
-	}
-	for i := range pod.InitContainers {
-		for n, q := range get(&pod.InitContainers[i]) {
-			if v, ok := out[n]; !ok || q.Cmp(v) > 0 {
-				out[n] = q.DeepCopy()
-			}
-		}
-	}
-	return out
+	_, lim := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
+	return lim
 }
 
 // bestEffort: no cpu or memory request or limit anywhere in the pod (its

@@ -774,7 +774,7 @@ func (r *revision) reserve(spec *pod.Spec, want int32) (release func(), ok bool)
 		return func() {}, true
 	}
 	r.mu.Lock()
-	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	podSpec := r.quotaSpecLocked()
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	eff, release, err := q.Reserve(ctx, r.key.namespace, podSpec)
@@ -824,6 +824,19 @@ func (r *revision) quotaChanged() {
 	}
 }
 
+// quotaSpecLocked is the pod spec the quota counts an instance by: the
+// revision's, naming the RuntimeClass the instance runs in (the default
+// one when it names none), whose overhead the ledger adds. r.mu is held.
+func (r *revision) quotaSpecLocked() *corev1.PodSpec {
+	spec := r.rev.Spec.PodSpec.DeepCopy()
+	if spec.RuntimeClassName == nil || *spec.RuntimeClassName == "" {
+		if c := r.m.opts.DefaultRuntimeClass; c != "" {
+			spec.RuntimeClassName = &c
+		}
+	}
+	return spec
+}
+
 // trackAdopted records the quota reservations of instances adopted from an
 // earlier process (without a check: as on a cluster, a quota lowered below
 // what runs does not stop what runs). Called without locks held.
@@ -833,7 +846,7 @@ func (r *revision) trackAdopted(ids []string) {
 		return
 	}
 	r.mu.Lock()
-	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	podSpec := r.quotaSpecLocked()
 	r.mu.Unlock()
 	for _, id := range ids {
 		release := q.Track(r.key.namespace, podSpec)
