@@ -2,7 +2,9 @@ package replicas
 
 import (
 	"net/netip"
+	"path"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,4 +148,29 @@ func TestDownwardAPIProjection(t *testing.T) {
 			t.Errorf("%+v: accepted", it)
 		}
 	}
+}
+
+// FuzzDownwardAPIProjection: whatever a downwardAPI item says, the files
+// it gives stay inside the volume and hold the namespace only.
+func FuzzDownwardAPIProjection(f *testing.F) {
+	for _, s := range [][2]string{{"namespace", "metadata.namespace"}, {"a/../../b", "metadata.namespace"}, {"..x", "metadata.namespace"},
+		{"/etc/passwd", "metadata.namespace"}, {"x", "metadata.labels['a']"}, {"", ""}, {"a//b/", "metadata.namespace"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, p, field string) {
+		files := map[string]pod.File{}
+		err := downwardFiles(files, "ns", &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: p, FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}}, nil)
+		if err != nil {
+			if len(files) != 0 {
+				t.Fatalf("files %v with error %v", files, err)
+			}
+			return
+		}
+		for name, file := range files {
+			if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || strings.HasPrefix(name, "..") || string(file.Data) != "ns" {
+				t.Fatalf("item %q %q gave %q = %q", p, field, name, file.Data)
+			}
+		}
+	})
 }
