@@ -242,6 +242,7 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 			fe = fe.Also(checkProbes(req.Object))
 		}
 	}
+	fe = a.dropUntrueWarnings(req.Object, fe)
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
 }

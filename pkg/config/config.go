@@ -502,8 +502,11 @@ func (c *Config) features() (*servingcfg.Features, error) {
 			return nil, fmt.Errorf("%s: %s: invalid value %q: want enabled, allowed or disabled", FeaturesName, k, v)
 		}
 	}
-	data := make(map[string]string, len(user)+1)
+	data := make(map[string]string, len(user)+2)
 	data[RuntimeClassNameFeature] = "enabled"
+	if c.Policy.appliesSecureDefaults() {
+		data[SecurePodDefaultsFeature] = "enabled"
+	}
 	for k, v := range user {
 		data[k] = v
 	}
