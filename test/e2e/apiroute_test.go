@@ -33,7 +33,8 @@ spec:
 `
 
 // TestInstanceCallsAPI: from inside instances under runc and runsc, a
-// client configured as client-go's rest.InClusterConfig is
+// client configured as client-go's rest.InClusterConfig is (and, under
+// runc, client-go itself)
 // (KUBERNETES_SERVICE_HOST/PORT, the automounted token and ca.crt, TLS
 // verified against that CA alone) reaches knbox's API, also by the names
 // kubernetes, kubernetes.default.svc and kubernetes.default.svc.cluster.local:
@@ -60,11 +61,16 @@ func TestInstanceCallsAPI(t *testing.T) {
 		k.must("", "create", "role", "cm-reader", "--verb=list", "--resource=configmaps", "-n", ns)
 	}
 	k.must("", "create", "rolebinding", "robot-reads", "--role=cm-reader", "--serviceaccount=default:robot")
+	// client-go itself: rest.InClusterConfig() and its HTTP client.
+	cgBin := imagetest.BuildGo(t, "github.com/knbox/knbox/test/images/incluster")
+	cgRef := imagetest.PushImage(t, reg, "incluster:v1", image.Config{Entrypoint: []string{"/app"}},
+		append(imagetest.BaseFiles(), imagetest.File{Path: "app", Mode: 0o755, Body: cgBin}))
 	for _, rc := range classes {
 		k.must(fmt.Sprintf(apiCallerYAML, "api-"+rc, rc, ref, ""), "apply", "-f", "-")
 	}
 	k.must(fmt.Sprintf(apiCallerYAML, "nomount", "runc", ref, "      automountServiceAccountToken: false\n"), "apply", "-f", "-")
-	for _, name := range append(prefixed("api-", classes), "nomount") {
+	k.must(fmt.Sprintf(apiCallerYAML, "clientgo", "runc", cgRef, ""), "apply", "-f", "-")
+	for _, name := range append(prefixed("api-", classes), "nomount", "clientgo") {
 		awaitOK(t, 4*time.Minute, "ksvc "+name+" Ready", func() (string, error) {
 			return k.run("", "wait", "ksvc/"+name, "--for=condition=Ready", "--timeout=50s")
 		})
@@ -137,9 +143,37 @@ func TestInstanceCallsAPI(t *testing.T) {
 	if code, b := get("nomount", "/file?path=/var/run/secrets/kubernetes.io/serviceaccount/token"); code == http.StatusOK {
 		t.Errorf("automountServiceAccountToken: false, yet a token is mounted: %.40s", b)
 	}
+	// client-go's rest.InClusterConfig(): 200 at home, 403 elsewhere.
+	type cgResult struct {
+		Host   string `json:"host"`
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+		Error  string `json:"error"`
+	}
+	clientGo := func(path string) cgResult {
+		t.Helper()
+		code, b := get("clientgo", "/get?path="+url.QueryEscape(path))
+		var r cgResult
+		if err := json.Unmarshal(b, &r); code != http.StatusOK || err != nil {
+			t.Fatalf("clientgo %s: %d %v\n%s", path, code, err, b)
+		}
+		return r
+	}
+	if r := clientGo("/api/v1/namespaces/default/configmaps"); r.Status != http.StatusOK || r.Host != "https://127.0.0.2:443" || !strings.Contains(r.Body, `"kube-root-ca.crt"`) {
+		t.Errorf("client-go in-cluster list in its namespace: %+v", r)
+	}
+	if r := clientGo("/api/v1/namespaces/other/configmaps"); r.Status != http.StatusForbidden {
+		t.Errorf("client-go in-cluster list in another namespace: want 403, got %+v", r)
+	}
 
 	// The ServiceAccount goes: the token the instances hold is refused.
 	k.must("", "delete", "serviceaccount", "robot")
+	awaitOK(t, 30*time.Second, "401 for client-go after the ServiceAccount was deleted", func() (string, error) {
+		if r := clientGo("/api/v1/namespaces/default/configmaps"); r.Status != http.StatusUnauthorized {
+			return fmt.Sprintf("%+v", r), fmt.Errorf("not refused with 401")
+		}
+		return "", nil
+	})
 	for _, rc := range classes {
 		awaitOK(t, 30*time.Second, "401 in "+rc+" after the ServiceAccount was deleted", func() (string, error) {
 			if f := call("api-"+rc, "", "/api/v1/namespaces/default/configmaps"); f.Status != http.StatusUnauthorized {
