@@ -9,7 +9,10 @@ import (
 )
 
 // PodUsage is what one instance of an effective pod spec (see EffectivePod)
-// uses of a namespace's quotas, in quota names, as Kubernetes counts a Pod:
+// uses of a namespace's quotas, in quota names, as Kubernetes counts a Pod
+// (its requests and limits computed by kubectl's PodRequestsAndLimits, the
+// scheduler's and quota's rules: the pod's overhead, WithOverhead, is added
+// to every request and to the limits that are set):
 // pods and count/pods 1; cpu and requests.cpu, memory and requests.memory,
 // ephemeral-storage and requests.ephemeral-storage are the pod's requests
 // (the sum over its containers, or the largest init container's when
@@ -38,23 +41,6 @@ func PodUsage(pod *corev1.PodSpec) corev1.ResourceList {
 		}
 	}
 	return out
-}
-
-// podRequests and podLimits are the pod's requests and limits as
-// Kubernetes computes them (kubectl's PodRequestsAndLimits, the same rules
-// as the scheduler's and quota's): per resource, the larger of the
-// containers' sum and the largest init container (init containers run one
-// at a time, before), plus the pod's overhead (its RuntimeClass's
-// overhead.podFixed, WithOverhead), which is added to every request and to
-// the limits that are set.
-func podRequests(pod *corev1.PodSpec) corev1.ResourceList {
-	req, _ := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
-	return req
-}
-
-func podLimits(pod *corev1.PodSpec) corev1.ResourceList {
-	_, lim := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
-	return lim
 }
 
 // bestEffort: no cpu or memory request or limit anywhere in the pod (its
