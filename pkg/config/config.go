@@ -130,6 +130,8 @@ type Config struct {
 	// name.namespace.svc.<ClusterDomain> and instances' search path ends
 	// with it. Default DefaultClusterDomain. Read at start.
 	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// Registry configures the embedded OCI registry (registry.go).
+	Registry Registry `json:"registry,omitempty"`
 }
 
 // DefaultClusterDomain is Kubernetes' and Knative's cluster domain.
@@ -190,6 +192,7 @@ func parse(b []byte) (*Config, error) {
 		Restart:             f.Restart,
 		Observability:       f.Observability,
 		ClusterDomain:       f.ClusterDomain,
+		Registry:            f.Registry,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -240,6 +243,7 @@ type fileConfig struct {
 	Restart             Restart                               `json:"restart"`
 	Observability       Observability                         `json:"observability"`
 	ClusterDomain       string                                `json:"clusterDomain"`
+	Registry            Registry                              `json:"registry"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -295,6 +299,7 @@ func (c *Config) applyDefaults() {
 	c.applyRuntimeDefaults()
 	c.Egress.applyDefaults()
 	c.Limits.applyDefaults()
+	c.Registry.applyDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -403,6 +408,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Observability.validate(); err != nil {
+		return err
+	}
+	if err := c.Registry.validate(); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {
