@@ -133,6 +133,7 @@ func TestInstanceCallsAPI(t *testing.T) {
 				if f.Status != http.StatusOK || !strings.Contains(f.Body, `"kube-root-ca.crt"`) {
 					t.Errorf("list configmaps of its namespace via %q: %+v", host, f)
 				}
+				t.Logf("%s via %q: %d in %dµs (a new TLS connection)", rc, host, f.Status, f.Micros)
 			}
 			if f := call(svc, "", "/api/v1/namespaces/other/configmaps"); f.Status != http.StatusForbidden ||
 				!strings.Contains(f.Body, `User \"system:serviceaccount:default:robot\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"other\"`) {
