@@ -97,6 +97,10 @@ func (a *Admitter) instancePod(ctx context.Context, ns *corev1.Namespace, spec *
 	if c := a.effectiveClass(pod); c != "" && (pod.RuntimeClassName == nil || *pod.RuntimeClassName == "") {
 		pod.RuntimeClassName = &c
 	}
+	// The RuntimeClass's overhead, which LimitRange's Pod limits count.
+	if err := quota.WithOverhead(ctx, a.Objects, pod); err != nil {
+		return nil, err
+	}
 	if a.InstanceDefaults != nil {
 		a.InstanceDefaults(pod)
 	}
@@ -190,13 +194,16 @@ func (a *Admitter) admitPolicies(ctx context.Context, req Request, meta *metav1.
 	if err != nil {
 		return nil, nil, err
 	}
+	// Counted in the class its instances run in, with its overhead.
+	spec := w.spec.DeepCopy()
+	spec.RuntimeClassName = pod.RuntimeClassName
 	switch w.kind {
 	case "Build":
 		// A build is no instance: the quotas on instances do not count it.
 	case "Revision":
-		err = a.ledger().Fits(ctx, ns.Name, w.spec)
+		err = a.ledger().Fits(ctx, ns.Name, spec)
 	default:
-		err = a.ledger().CanFit(ctx, ns.Name, w.spec)
+		err = a.ledger().CanFit(ctx, ns.Name, spec)
 	}
 	if err != nil {
 		return nil, nil, refusal(w.gr, meta.Name, err)
