@@ -130,6 +130,8 @@ type Config struct {
 	// name.namespace.svc.<ClusterDomain> and instances' search path ends
 	// with it. Default DefaultClusterDomain. Read at start.
 	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// Builds configures build.knative.dev Builds (builds.go).
+	Builds Builds `json:"builds,omitempty"`
 	// Registry configures the embedded OCI registry (registry.go).
 	Registry Registry `json:"registry,omitempty"`
 }
@@ -192,6 +194,7 @@ func parse(b []byte) (*Config, error) {
 		Restart:             f.Restart,
 		Observability:       f.Observability,
 		ClusterDomain:       f.ClusterDomain,
+		Builds:              f.Builds,
 		Registry:            f.Registry,
 	}
 	if f.ConfigMaps != nil {
@@ -243,6 +246,7 @@ type fileConfig struct {
 	Restart             Restart                               `json:"restart"`
 	Observability       Observability                         `json:"observability"`
 	ClusterDomain       string                                `json:"clusterDomain"`
+	Builds              Builds                                `json:"builds"`
 	Registry            Registry                              `json:"registry"`
 }
 
@@ -278,6 +282,7 @@ func cleanYAMLError(err error) error {
 
 func (c *Config) applyDefaults() {
 	c.Observability.applyDefaults()
+	c.Builds.applyDefaults()
 	if c.APIAddr == "" {
 		c.APIAddr = DefaultAPIAddr
 	}
@@ -408,6 +413,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Observability.validate(); err != nil {
+		return err
+	}
+	if err := c.Builds.validate(); err != nil {
 		return err
 	}
 	if err := c.Registry.validate(); err != nil {

@@ -32,6 +32,9 @@ import (
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -44,6 +47,7 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/authz"
 	"github.com/knbox/knbox/pkg/autoscaler"
+	"github.com/knbox/knbox/pkg/build"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/controller"
@@ -214,6 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	var builds atomic.Pointer[build.Controller]   // set once it exists
 	var podRuntime atomic.Pointer[pod.Runtime]    // set once the pod runtime exists
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -258,6 +263,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
+		BuildSource: func(rctx context.Context, b k8sruntime.Object, body io.Reader) error {
+			c := builds.Load()
+			if c == nil {
+				return apierrors.NewServiceUnavailable("the build controller is starting: try again")
+			}
+			return c.Upload(rctx, b, body)
+		},
+		MaxBuildSourceBytes: cfg.Builds.MaxUploadBytes,
+		BuildLogs: func(rctx context.Context, w io.Writer, ns, name string, o apiserver.LogOptions) error {
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return logStore.Copy(rctx, ns, build.BuildLogGroup(name), logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
 		},
 		Exec: func(rctx context.Context, p *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 			rt := podRuntime.Load()
@@ -414,6 +433,26 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
 	var podEvents atomic.Pointer[replicas.Manager]
+	buildRegistries := make([]netip.AddrPort, 0, len(cfg.Builds.Registries))
+	for _, r := range cfg.Builds.Registries {
+		a, err := config.LoopbackRegistry(r)
+		if err != nil {
+			return fmt.Errorf("builds.registries: %w", err)
+		}
+		buildRegistries = append(buildRegistries, a)
+	}
+	// The embedded registry is one of them, with credentials for the
+	// steps (the Build's ServiceAccount's token).
+	var buildRegistry *build.RegistryAccess
+	if regLn != nil {
+		if a, err := config.LoopbackRegistry(clientAddr(regLn.Addr())); err == nil {
+			if !slices.Contains(buildRegistries, a) {
+				buildRegistries = append(buildRegistries, a)
+			}
+			buildRegistry = &build.RegistryAccess{Hosts: []string{a.String()}}
+		}
+	}
+	buildNet := build.Network(buildRegistries, log.With("component", "build"))
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -424,7 +463,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
-		Network:          instNet.attach,
+		Network: func(ctx context.Context, spec *pod.Spec, ns *network.NS) (string, io.Closer, error) {
+			if build.IsBuildPod(spec.Labels) {
+				c, err := buildNet(ctx, spec, ns)
+				return "", c, err
+			}
+			return instNet.attach(ctx, spec, ns)
+		},
 		// The pods' events go to the revision manager, which knows their
 		// Revisions; those of pods adopted before it exists are dropped.
 		Events: func(e pod.Event) {
@@ -476,6 +521,33 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	podEvents.Store(mgr)
+	dyn, err := dynamic.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	if buildRegistry != nil {
+		buildRegistry.Tokens = srv
+	}
+	sources, err := build.NewSources(filepath.Join(cfg.DataDir, "builds", "sources"))
+	if err != nil {
+		return err
+	}
+	buildCtl, err := build.New(build.Options{
+		Client:              dyn,
+		Informers:           inputs,
+		Pods:                pods,
+		Logs:                logStore,
+		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		Sources:             sources,
+		Registry:            buildRegistry,
+		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
+			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
+		Logger: log.With("component", "build"),
+	})
+	if err != nil {
+		return err
+	}
+	builds.Store(buildCtl)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -506,7 +578,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+	c, err := newController(cfg, sc, claims, dyn, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
 		controller.Recorders(events), log)
 	if err != nil {
 		return err
@@ -515,10 +587,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 5)
+	done := make(chan struct{}, 6)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := buildCtl.Run(runCtx, 2); err != nil {
+			log.Error("build controller stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
 		if err := c.Run(runCtx, 2); err != nil {
@@ -613,7 +691,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		shutdown(regSrv, apiShutdownTimeout)
 	}
 	cancel()
-	for range 5 {
+	for range 6 {
 		<-done
 	}
 	inputs.Shutdown()
@@ -739,7 +817,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, builds dynamic.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
 	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
@@ -761,6 +839,7 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, ClusterDomain: cfg.ClusterDomain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
+		Builds:   builds,
 		Logger:   log.With("component", "controller"),
 	})
 }

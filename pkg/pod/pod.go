@@ -151,6 +151,12 @@ func newPod(r *Runtime, spec Spec) *pod {
 		}
 	}
 	p.st = Status{ID: spec.ID, Labels: maps.Clone(spec.Labels), Created: p.created, Pulling: true}
+	if spec.Sequential {
+		p.st.Containers = make([]corev1.ContainerState, len(spec.Containers))
+		for i := range p.st.Containers {
+			p.st.Containers[i].Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+		}
+	}
 	return p
 }
 
@@ -163,6 +169,13 @@ func (p *pod) status() Status {
 	if f := p.st.LastFailure; f != nil {
 		fc := *f
 		st.LastFailure = &fc
+	}
+	st.Containers = make([]corev1.ContainerState, len(p.st.Containers))
+	for i := range p.st.Containers {
+		p.st.Containers[i].DeepCopyInto(&st.Containers[i])
+	}
+	if p.st.Containers == nil {
+		st.Containers = nil
 	}
 	return st
 }
@@ -232,6 +245,10 @@ func (p *pod) run(ctx context.Context) {
 			p.cleanup()
 		}
 	}()
+	if p.spec.Sequential {
+		p.runSequential(ctx)
+		return
+	}
 	failures := 0
 	for ctx.Err() == nil && !p.stopRequested() {
 		var err error
@@ -475,6 +492,11 @@ func (p *pod) prepareVolumes() error {
 			// On the host, shared by the containers (see ephemeral.go).
 			if err := mountTmpfs(vdir, p.memoryVolumeSize(v), 0o1777); err != nil {
 				return fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+		}
+		if v.Seed != nil {
+			if err := seed(vdir, v.Seed); err != nil {
+				return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
 			}
 		}
 		if !v.EmptyDir {
