@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ const (
 	DeployLabel = "knbox.dev/deploy"
 	// buildStep names the Build's one step.
 	buildStep = "build"
+	// keepBuilds is how many Builds of a Service's deploys are kept, with
+	// their logs (the newest, the current one among them).
+	keepBuilds = 5
 	// failureTail is how many of the build log's last lines a failure shows.
 	failureTail = 20
 	// serviceRegistryHost names knbox's registry in the Service's image when
@@ -147,9 +151,14 @@ func deploySource(ctx context.Context, s *session, out io.Writer, svc string, o 
 		return err
 	}
 	if err := uploadSource(ctx, rc, ns, b.Name, spool, size, out); err != nil {
+		// A Build without its source would wait for ever.
+		if derr := dyn.Resource(buildGVR).Namespace(ns).Delete(context.WithoutCancel(ctx), b.Name, metav1.DeleteOptions{}); derr == nil {
+			fmt.Fprintf(out, "Build %s/%s deleted\n", ns, b.Name)
+		}
 		return err
 	}
 	digest, err := followBuild(ctx, out, dyn, rc, ns, b.Name, o.timeout)
+	pruneBuilds(ctx, dyn, ns, svc, b.Name)
 	if err != nil {
 		return err
 	}
@@ -161,6 +170,33 @@ func deploySource(ctx context.Context, s *session, out io.Writer, svc string, o 
 	}
 	o.image, o.source, o.builder = img, "", ""
 	return s.deploy(ctx, out, svc, o)
+}
+
+// pruneBuilds deletes the ended Builds of earlier deploys of svc but the
+// newest keepBuilds (their logs go with them), best effort: a Build that
+// someone keeps has no deploy label, or is relabeled.
+func pruneBuilds(ctx context.Context, dyn dynamic.Interface, ns, svc, current string) {
+	builds := dyn.Resource(buildGVR).Namespace(ns)
+	list, err := builds.List(ctx, metav1.ListOptions{LabelSelector: DeployLabel + "=" + svc})
+	if err != nil {
+		return
+	}
+	items := list.Items
+	slices.SortFunc(items, func(a, b unstructured.Unstructured) int {
+		return b.GetCreationTimestamp().Compare(a.GetCreationTimestamp().Time)
+	})
+	kept := 0
+	for _, u := range items {
+		b := &buildv1alpha1.Build{}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b) != nil {
+			continue
+		}
+		if u.GetName() == current || !b.Status.IsDone() || kept < keepBuilds {
+			kept++
+			continue
+		}
+		_ = builds.Delete(ctx, u.GetName(), metav1.DeleteOptions{})
+	}
 }
 
 // buildTag is a tag no other deploy uses: the time and a random part.
@@ -342,7 +378,8 @@ func followBuild(ctx context.Context, out io.Writer, dyn dynamic.Interface, rc *
 				if c.IsTrue() {
 					line = fmt.Sprintf("Build %s succeeded (steps: %s)", name, strings.Join(b.Status.StepsCompleted, ", "))
 				}
-				if line != last {
+				// The upload is done: a status still waiting for it is stale.
+				if line != last && c.Reason != buildv1alpha1.ReasonWaitingForSource {
 					fmt.Fprintln(out, line)
 					last = line
 				}

@@ -4,16 +4,25 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // TestIgnoreRules: the subset of .gitignore that deploy --source reads.
@@ -176,4 +185,44 @@ func FuzzParseIgnore(f *testing.F) {
 		}
 		_ = rules.ignored(p, dir)
 	})
+}
+
+// TestPruneBuilds: the ended Builds of a Service's deploys but the newest
+// keepBuilds go; running ones, the current one and other Services' stay.
+func TestPruneBuilds(t *testing.T) {
+	t.Parallel()
+	var objs []runtime.Object
+	mk := func(name, svc string, age int, done bool) {
+		b := &buildv1alpha1.Build{
+			TypeMeta: metav1.TypeMeta{APIVersion: buildGV.String(), Kind: "Build"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{DeployLabel: svc},
+				CreationTimestamp: metav1.NewTime(time.Unix(int64(1000-age), 0))},
+		}
+		if done {
+			b.Status.MarkSucceeded()
+		}
+		o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: o})
+	}
+	for i := 0; i < 8; i++ {
+		mk(fmt.Sprintf("app-%d", i), "app", i, i != 6)
+	}
+	mk("other-0", "other", 100, true)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{buildGVR: "BuildList"}, objs...)
+	pruneBuilds(context.Background(), dyn, "default", "app", "app-0")
+	list, err := dyn.Resource(buildGVR).Namespace("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, u := range list.Items {
+		left = append(left, u.GetName())
+	}
+	slices.Sort(left)
+	if want := []string{"app-0", "app-1", "app-2", "app-3", "app-4", "app-6", "other-0"}; !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
 }
