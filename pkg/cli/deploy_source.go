@@ -248,9 +248,13 @@ func createBuild(ctx context.Context, dyn dynamic.Interface, ns, svc, tag string
 }
 
 // ensureDeployer makes sure DeployerServiceAccount exists and may push to
-// the namespace's repositories. Creating the RoleBinding needs what it
-// binds (RBAC's escalation check, which the server applies): a caller who
-// may not gets the command an admin would run instead.
+// the namespace's repositories: it creates the ServiceAccount and the
+// RoleBinding deployerBinding to registryEditRole when they are missing.
+// Creating the RoleBinding needs what it binds (RBAC's escalation check,
+// applied by the server) and the right to create RoleBindings (admin, not
+// edit): a caller who may not is told, and the build goes on, since an
+// admin may have granted the push otherwise; if the push is then refused,
+// the build's failure says what to ask for (pushHint).
 func ensureDeployer(ctx context.Context, out io.Writer, kube kubernetes.Interface, ns string) error {
 	sas := kube.CoreV1().ServiceAccounts(ns)
 	if _, err := sas.Get(ctx, DeployerServiceAccount, metav1.GetOptions{}); apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
@@ -261,8 +265,8 @@ func ensureDeployer(ctx context.Context, out io.Writer, kube kubernetes.Interfac
 			fmt.Fprintf(out, "ServiceAccount %s/%s created: it runs deploy's builds\n", ns, DeployerServiceAccount)
 		case apierrors.IsAlreadyExists(err):
 		default:
-			return fmt.Errorf("deploy --source builds as the ServiceAccount %s/%s, which does not exist and which you may not create (ask an admin: kubectl create serviceaccount %s -n %s): %w",
-				ns, DeployerServiceAccount, DeployerServiceAccount, ns, err)
+			return fmt.Errorf("deploy --source builds as the ServiceAccount %s/%s, which does not exist and which you may not create (%v); ask an admin: kubectl create serviceaccount %s -n %s",
+				ns, DeployerServiceAccount, Human(err), DeployerServiceAccount, ns)
 		}
 	} else if err != nil {
 		return err
@@ -289,10 +293,26 @@ func ensureDeployer(ctx context.Context, out io.Writer, kube kubernetes.Interfac
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		return nil
+	case apierrors.IsForbidden(err):
+		fmt.Fprintf(out, "Warning: you may not let the ServiceAccount %s/%s push to knbox's registry (%v); the build goes on in case an admin did. %s\n",
+			ns, DeployerServiceAccount, Human(err), pushHint(ns))
+		return nil
 	}
-	return fmt.Errorf("the ServiceAccount %s/%s needs push rights to knbox's registry and you may not grant them (you need them yourself); ask an admin: "+
-		"kubectl create rolebinding %s --clusterrole=%s --serviceaccount=%s:%s -n %s: %w",
-		ns, DeployerServiceAccount, deployerBinding, registryEditRole, ns, DeployerServiceAccount, ns, err)
+	return err
+}
+
+// pushHint is what to ask an admin for when the deployer may not push.
+func pushHint(ns string) string {
+	return fmt.Sprintf("If its push is refused, ask an admin (or anyone holding push rights who may create RoleBindings): "+
+		"kubectl create rolebinding %s --clusterrole=%s --serviceaccount=%s:%s -n %s",
+		deployerBinding, registryEditRole, ns, DeployerServiceAccount, ns)
+}
+
+// pushRefused tells whether a build's failure message reads as a push the
+// registry refused.
+func pushRefused(msg string) bool {
+	m := strings.ToUpper(msg)
+	return strings.Contains(m, "DENIED") || strings.Contains(m, "UNAUTHORIZED") || strings.Contains(m, "403")
 }
 
 // uploadSource PUTs the archive to builds/NAME/source, showing the bytes
@@ -391,7 +411,11 @@ func followBuild(ctx context.Context, out io.Writer, dyn dynamic.Interface, rc *
 					if err := logTail(ctx, out, rc, ns, name); err != nil {
 						fmt.Fprintf(out, "  (no log: %v)\n", err)
 					}
-					return "", fmt.Errorf("build %s/%s failed: %s: %s", ns, name, c.Reason, c.Message)
+					err := fmt.Errorf("build %s/%s failed: %s: %s", ns, name, c.Reason, c.Message)
+					if pushRefused(c.Message) {
+						err = fmt.Errorf("%w\nThe registry refused the push of the ServiceAccount %s. %s", err, DeployerServiceAccount, pushHint(ns))
+					}
+					return "", err
 				}
 			}
 		}

@@ -36,7 +36,20 @@ func TestDeploySource(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("builds:\n  registries: [%q]\n  maxUploadBytes: %d\n", reg, limit)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k := newKubectl(t, "--config", cfg)
+	tokens := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("dana-token,dana,dana-uid\ncarl-token,carl,carl-uid\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := newKubectl(t, "--config", cfg, "--token-auth-file", tokens)
+	// The instances go before knbox does (cleanups run last first).
+	t.Cleanup(func() {
+		for _, ns := range []string{"default", "team-a"} {
+			_, _ = k.run("", "delete", "ksvc", "--all", "-n", ns, "--timeout=50s")
+			if out, err := k.run("", "wait", "--for=delete", "pod", "--all", "-n", ns, "--timeout=50s"); err != nil {
+				t.Logf("pods of %s still there: %v\n%s", ns, err, out)
+			}
+		}
+	})
 	builder := imagetest.PushGoImage(t, reg, "builders/wrap:test", "github.com/knbox/knbox/test/images/imagepush",
 		image.Config{Cmd: []string{"-env-file", "GREETING=/workspace/greeting"}})
 	deploy := func(args ...string) (string, error) {
@@ -83,6 +96,28 @@ func TestDeploySource(t *testing.T) {
 		e := &buildEnv{k: k}
 		if env := e.serve(t, "hello"); env["GREETING"] != "built from source" {
 			t.Errorf("the deployed image has GREETING %q", env["GREETING"])
+		}
+	}
+
+	{ // tenants: the caller must hold the push rights deploy grants
+		k.must("", "create", "namespace", "team-a")
+		k.must("", "create", "rolebinding", "dana-admin", "--clusterrole=admin", "--user=dana", "-n", "team-a")
+		// carl may make builds, ServiceAccounts and RoleBindings, not push.
+		k.must("", "create", "role", "no-push", "--verb=get,list,watch,create,update,delete",
+			"--resource=builds.build.knative.dev,builds.build.knative.dev/source,builds.build.knative.dev/log,serviceaccounts,rolebindings.rbac.authorization.k8s.io,services.serving.knative.dev", "-n", "team-a")
+		k.must("", "create", "rolebinding", "carl-no-push", "--role=no-push", "--user=carl", "-n", "team-a")
+		dir := source(map[string][]byte{"app": app, "greeting": []byte("team-a\n")})
+		hint := "kubectl create rolebinding knbox-deployer-registry --clusterrole=knbox-registry-edit --serviceaccount=team-a:knbox-deployer -n team-a"
+		out, err := deploy("web", "--source", dir, "--builder", builder, "--timeout", "120s", "--token", "carl-token", "-n", "team-a")
+		t.Logf("carl's knbox deploy --source:\n%s", out)
+		if err == nil || !strings.Contains(out, "attempting to grant RBAC permissions not currently held") ||
+			!strings.Contains(out, "The registry refused the push of the ServiceAccount knbox-deployer") || strings.Count(out, hint) != 2 {
+			t.Errorf("carl, who may not push, made the deployer push, or was not told: %v\n%s", err, out)
+		}
+		out, err = deploy("web", "--source", dir, "--builder", builder, "--timeout", "120s", "--token", "dana-token", "-n", "team-a")
+		t.Logf("dana's knbox deploy --source:\n%s", out)
+		if err != nil || !strings.Contains(out, "RoleBinding team-a/knbox-deployer-registry created") || !strings.Contains(out, "http://web.team-a.") {
+			t.Errorf("dana (admin) could not deploy from source: %v\n%s", err, out)
 		}
 	}
 
