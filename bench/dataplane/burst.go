@@ -60,7 +60,7 @@ func (b *burstReport) print(w io.Writer) {
 // burst measures the burst table for runtime rt in rounds interleaved
 // with the anchor.
 func (e *env) burst(ctx context.Context, rep *report, rt string, rounds int) error {
-	anchorRev, stopAnchor, err := e.anchorService(ctx, rt)
+	anchorRev, stopAnchor, err := e.anchorService(ctx, "burst", rt)
 	if err != nil {
 		return fmt.Errorf("anchor service: %w", err)
 	}

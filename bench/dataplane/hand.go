@@ -276,8 +276,10 @@ func (h *handRunner) parallel(ctx context.Context, n int, reqPath string) (time.
 // (min-scale 1), whose bundle the runs by hand copy, and returns its
 // revision once ready. stop deletes it and waits until its instance is
 // gone (instances outlive knbox serve: one left would stay).
-func (e *env) anchorService(ctx context.Context, rt string) (rev string, stop func(), err error) {
-	name := "anchor-" + rt
+func (e *env) anchorService(ctx context.Context, table, rt string) (rev string, stop func(), err error) {
+	// A name per table: a name used again just after its Service was
+	// deleted would wait for the old revision's removal.
+	name := "anchor-" + table + "-" + rt
 	if err := e.createService(ctx, name, rt, map[string]string{"autoscaling.knative.dev/min-scale": "1"}); err != nil {
 		return "", nil, err
 	}

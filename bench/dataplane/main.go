@@ -868,7 +868,7 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 		}
 		// The anchor: the same bundle run by hand, one start before each
 		// cold request (interleaved).
-		anchorRev, stopAnchor, err := e.anchorService(ctx, rt)
+		anchorRev, stopAnchor, err := e.anchorService(ctx, "cold", rt)
 		if err != nil {
 			return fmt.Errorf("anchor service: %w", err)
 		}
