@@ -117,6 +117,11 @@ type Admitter struct {
 	// allowPrivilegeEscalation false), so Pod Security judges what runs;
 	// nil: nothing.
 	InstanceDefaults func(*corev1.PodSpec)
+	// RegistryImage, if not nil, decides whether user may name image in a
+	// revision template of namespace: "" allows, else the reason it may
+	// not. knbox refuses images of its embedded registry from another
+	// namespace unless the user may pull them there (pkg/daemon).
+	RegistryImage func(ctx context.Context, user User, namespace, image string) (reason string, err error)
 	// Logger receives Pod Security audit violations; nil: not logged.
 	Logger *slog.Logger
 
@@ -237,11 +242,16 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(sa).Also(checkVisibility(req.Object, meta, req.Old)).Also(a.checkMappingDomain(req.Object))
+		ri, err := a.checkRegistryImages(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		fe = fe.Also(rc).Also(sa).Also(ri).Also(checkVisibility(req.Object, meta, req.Old)).Also(a.checkMappingDomain(req.Object))
 		if !a.AllowExecProbes {
 			fe = fe.Also(checkProbes(req.Object))
 		}
 	}
+	fe = a.dropUntrueWarnings(req.Object, fe)
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
 }

@@ -28,6 +28,14 @@ const (
 	InternalBinding = "system:knbox"
 )
 
+// The embedded registry's authorization vocabulary: pulling a repository
+// <namespace>/<name> is "get", pushing "create", deleting "delete" on
+// RegistryResource of RegistryGroup in the namespace, named <name>.
+const (
+	RegistryGroup    = "registry.knbox.dev"
+	RegistryResource = "repositories"
+)
+
 var (
 	read  = []string{"get", "list", "watch"}
 	write = []string{"create", "delete", "deletecollection", "patch", "update"}
@@ -112,6 +120,12 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rbacv1.PolicyRule{Verbs: read, APIGroups: knativeInternal, Resources: []string{"*"}}),
 		defaultRole("knative-serving-namespaced-view", knativeLabels(aggregateToView), "",
 			rbacv1.PolicyRule{Verbs: read, APIGroups: append([]string{"serving.knative.dev"}, knativeInternal...), Resources: []string{"*"}}),
+		// knbox's embedded registry (pkg/registry): edit (and so admin)
+		// push and pull the repositories of their namespace, view pulls.
+		defaultRole("knbox-registry-edit", map[string]string{aggregateToEdit: "true"}, "",
+			rule([]string{"get", "list", "create", "update", "delete"}, RegistryGroup, RegistryResource)),
+		defaultRole("knbox-registry-view", map[string]string{aggregateToView: "true"}, "",
+			rule(read, RegistryGroup, RegistryResource)),
 	}
 }
 

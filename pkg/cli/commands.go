@@ -34,6 +34,7 @@ func Commands() []*cobra.Command {
 	s := newSession()
 	cmds := []*cobra.Command{
 		applyCommand(s),
+		deployCommand(s),
 		getCommand(s),
 		describeCommand(s),
 		waitCommand(s),

@@ -72,6 +72,9 @@ func TestDefaults(t *testing.T) {
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
 		ClusterDomain: "cluster.local",
+		Registry: Registry{Addr: DefaultRegistryAddr, Names: []string{DefaultRegistryName}, MaxBlobBytes: DefaultRegistryMaxBlobBytes,
+			MaxManifestBytes: DefaultRegistryMaxManifest, MaxUploads: DefaultRegistryMaxUploads,
+			UploadTTL: Duration(DefaultRegistryUploadTTL), BlobGrace: Duration(DefaultRegistryBlobGrace)},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)

@@ -100,6 +100,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if cfg.Observability.MetricsAddr != "" {
 		addrs["metrics"] = cfg.Observability.MetricsAddr
 	}
+	if !cfg.Registry.Disabled {
+		addrs["registry"] = cfg.Registry.Addr
+	}
 	socks, err := listener.Open(ctx, addrs, filepath.Join(cfg.DataDir, handoverSocket), handoverWait+stopTimeout, log)
 	if err != nil {
 		return err
@@ -174,6 +177,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	iopts.ObservePull = mtr.ObserveImagePull
+	regLn := socks.Listener("registry")
+	if regLn == nil && !cfg.Registry.Disabled {
+		// systemd passed the other sockets but not this one.
+		if regLn, err = net.Listen("tcp", cfg.Registry.Addr); err != nil {
+			return fmt.Errorf("registry.addr: %w", err)
+		}
+		defer regLn.Close()
+	}
+	if regLn != nil {
+		// References to the registry are pulled from what was pushed.
+		iopts.LocalRegistries = registryNames(cfg, regLn.Addr())
+	}
 	images, err := image.Open(iopts)
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
@@ -204,7 +219,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	srv, err := apiserver.New(apiserver.Options{
+	var srv *apiserver.Server // the registry's images are authorized by its RBAC
+	admitter.RegistryImage = registryImageCheck(iopts.LocalRegistries, func() *apiserver.Server { return srv })
+	srv, err = apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: admitter,
@@ -311,8 +328,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
+	var regSrv *http.Server
+	if regLn != nil {
+		if regSrv, err = serveRegistry(cfg, regLn, images, srv, cert, errc, log); err != nil {
+			return err
+		}
+	}
 
 	clientCfg := internalConfig(apiURL, creds.CACertPEM, internalToken)
 	kube, err := kubernetes.NewForConfig(clientCfg)
@@ -568,6 +591,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	if metricsSrv != nil {
 		shutdown(metricsSrv, apiShutdownTimeout)
+	}
+	if regSrv != nil {
+		shutdown(regSrv, apiShutdownTimeout)
 	}
 	cancel()
 	for range 5 {
