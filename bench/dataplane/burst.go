@@ -37,7 +37,7 @@ func median(ds []time.Duration) time.Duration {
 func (b *burstReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\nBurst: %d requests GET %s at once to a revision at zero (containerConcurrency 1,\n"+
 		"target-utilization 100%%), sent -> the last answer complete; %d interleaved rounds, median.\n"+
-		"Anchor: %d copies of the same bundle started at once by hand (`%s run -d`, namespaces and bundles made\n"+
+		"Anchor: %d copies of the same bundle started at once by hand (`%s run --detach`, namespaces and bundles made\n"+
 		"before the clock starts), each asked once as soon as it listens.\n\n", burstSize, burstPath, len(b.knbox), burstSize, b.rt)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "target\trounds\terrors\tmedian\tmin\tmax\tmedian / anchor\t\n")
@@ -51,7 +51,7 @@ func (b *burstReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t\n", name, len(ds), errs, ms(median(ds)), ms(s[0]), ms(s[len(s)-1]),
 			ratio(float64(median(ds)), float64(median(b.hand))))
 	}
-	row(fmt.Sprintf("%d x %s run -d by hand (anchor)", burstSize, b.rt), b.hand, 0)
+	row(fmt.Sprintf("%d x %s run --detach by hand (anchor)", burstSize, b.rt), b.hand, 0)
 	row(fmt.Sprintf("router -> %s, 0 -> %d", b.rt, burstSize), b.knbox, b.errors)
 	tw.Flush()
 	fmt.Fprintf(w, "instances knbox reached per round: %v\n", b.peak)

@@ -21,11 +21,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/network"
 )
 
 // handRunner starts copies of a running knbox instance's own OCI bundle by
-// hand, with the runtime's CLI (`runc run -d`), each in a network
+// hand, with the runtime's CLI (`runc run --detach`), each in a network
 // namespace of its own: the anchor a cold start through knbox is compared
 // with. The copies share the instance's root filesystem and the files it
 // has bind-mounted (they only read them), so the instance must stay up
@@ -64,10 +65,10 @@ func (e *env) newHandRunner(rt, rev string) (*handRunner, error) {
 	}
 	h := &handRunner{bin: bin, root: filepath.Join(base, "root"), nsRoot: filepath.Join(base, "netns"),
 		dir: filepath.Join(base, "bundles"), port: "8080"}
-	if rt == "runsc" {
-		// As knbox's runsc handler runs it (see pkg/config): /dev/log is a
-		// host socket.
-		h.args = []string{"--host-uds=open"}
+	// The global flags knbox's handler passes (the default config, which
+	// the bench's knbox serve runs with): runsc's --host-uds=open, ...
+	if r, ok := config.Default().Runtimes[rt]; ok {
+		h.args = r.Args
 	}
 	if err := json.Unmarshal(b, &h.spec); err != nil {
 		return nil, err
@@ -160,7 +161,7 @@ func (h *handRunner) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, h.bin, append(all, args...)...)
 }
 
-// start runs the container detached (`run -d`: the runtime returns once
+// start runs the container detached (`run --detach`: the runtime returns once
 // the process runs) and returns once a request has its first byte.
 // reqPath is what is asked for.
 func (in *handInstance) start(ctx context.Context, reqPath string) error {
@@ -172,7 +173,7 @@ func (in *handInstance) start(ctx context.Context, reqPath string) error {
 		return err
 	}
 	defer out.Close()
-	cmd := in.h.cmd(ctx, "run", "-d", "--bundle", in.bundle, in.id)
+	cmd := in.h.cmd(ctx, "run", "--detach", "--bundle", in.bundle, in.id)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		b, _ := os.ReadFile(logPath)
@@ -228,7 +229,7 @@ func (in *handInstance) remove() {
 }
 
 // handCold measures n starts by hand of the anchor instance's bundle,
-// one at a time: `run -d` -> first byte of GET path.
+// one at a time: `run --detach` -> first byte of GET path.
 func (h *handRunner) once(ctx context.Context) (time.Duration, error) {
 	in, err := h.prepare()
 	if err != nil {

@@ -9,7 +9,7 @@
 //     of its response, for each OCI runtime asked for (runc and runsc by
 //     default), next to starting the same program as a plain host process
 //     and to starting knbox's own bundle by hand with the runtime's CLI
-//     (`runc run -d`), interleaved;
+//     (`runc run --detach`), interleaved;
 //   - burst: 10 one-second requests at once to a revision at zero with
 //     containerConcurrency 1, next to 10 copies of the bundle started at
 //     once by hand, in interleaved rounds;
@@ -879,7 +879,7 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 			stopAnchor()
 			return err
 		}
-		hr := row{name: rt + " run -d of the same bundle by hand"}
+		hr := row{name: rt + " run --detach of the same bundle by hand"}
 		r := row{name: "router -> " + rt + " (from zero)"}
 		for _, n := range names {
 			hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -945,7 +945,7 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 		"%v .. %v). Each Service then gets one request, sent once its revision reports status.actualReplicas 0.\n"+
 		"The baseline is runtime-info exec'd as a host process: exec -> first byte of its first answer (port polled every 1ms).\n"+
 		"By hand: the bundle knbox wrote for a running instance of the same image (min-scale 1), copied with a network\n"+
-		"namespace of its own, started with `<runtime> run -d` -> first byte (port polled every 1ms); one before each\n"+
+		"namespace of its own, started with `<runtime> run --detach` -> first byte (port polled every 1ms); one before each\n"+
 		"cold request (interleaved). Namespace and bundle are made before the clock starts.",
 		e.o.n, how, toZero[len(toZero)/2].Round(100*time.Millisecond), toZero[0].Round(100*time.Millisecond), toZero[len(toZero)-1].Round(100*time.Millisecond))
 	return nil
