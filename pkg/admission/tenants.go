@@ -80,6 +80,10 @@ func (a *Admitter) instancePod(ctx context.Context, ns *corev1.Namespace, spec *
 	if c := a.effectiveClass(pod); c != "" && (pod.RuntimeClassName == nil || *pod.RuntimeClassName == "") {
 		pod.RuntimeClassName = &c
 	}
+	// The RuntimeClass's overhead, which LimitRange's Pod limits count.
+	if err := quota.WithOverhead(ctx, a.Objects, pod); err != nil {
+		return nil, err
+	}
 	if a.InstanceDefaults != nil {
 		a.InstanceDefaults(pod)
 	}
@@ -173,10 +177,13 @@ func (a *Admitter) admitPolicies(ctx context.Context, req Request, meta *metav1.
 	if err != nil {
 		return nil, nil, err
 	}
+	// Counted in the class its instances run in, with its overhead.
+	spec := w.spec.DeepCopy()
+	spec.RuntimeClassName = pod.RuntimeClassName
 	if w.kind == "Revision" {
-		err = a.ledger().Fits(ctx, ns.Name, w.spec)
+		err = a.ledger().Fits(ctx, ns.Name, spec)
 	} else {
-		err = a.ledger().CanFit(ctx, ns.Name, w.spec)
+		err = a.ledger().CanFit(ctx, ns.Name, spec)
 	}
 	if err != nil {
 		return nil, nil, refusal(w.gr, meta.Name, err)

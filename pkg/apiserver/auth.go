@@ -334,6 +334,9 @@ func (s *Server) startAuth(ctx context.Context) error {
 	if err := s.ensureServiceAccounts(ctx); err != nil {
 		return err
 	}
+	if err := s.publishRootCA(ctx); err != nil {
+		return err
+	}
 	go s.runAuthControllers(ctx)
 	return nil
 }

@@ -80,6 +80,11 @@ type Options struct {
 	// ServiceAccountTokens signs and verifies ServiceAccount tokens; nil: a
 	// key made for this process (its tokens do not outlive it).
 	ServiceAccountTokens *serviceaccount.Signer
+	// RootCA, when set, is the CA bundle (PEM) clients inside instances
+	// trust the API with: it is published as the ConfigMap
+	// kube-root-ca.crt (key ca.crt) in every namespace, as
+	// kube-controller-manager's root-ca-cert-publisher does.
+	RootCA []byte
 	// MaxTokenExpiration caps the lifetime of issued tokens; 0 means
 	// serviceaccount.DefaultMaxTokenExpiration.
 	MaxTokenExpiration time.Duration

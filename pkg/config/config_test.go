@@ -67,6 +67,7 @@ func TestDefaults(t *testing.T) {
 			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 			InstanceDNS:      DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
+			InstanceAPI:      InstanceAPILimits{MaxConnections: 32},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,

@@ -49,6 +49,7 @@ import (
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/listen"
 	"github.com/knbox/knbox/pkg/listener"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/metrics"
@@ -114,7 +115,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		}
 	}()
 	log.Info("listening sockets", "from", socks.From())
-	creds, err := pki.Ensure(cfg.DataDir, cfg.APIHosts)
+	// The serving certificate also holds the names and the address by
+	// which instances reach the API from inside (instancenet.go).
+	apiHosts := append(pki.InClusterHosts(cfg.ClusterDomain), instanceAddr.String())
+	creds, err := pki.Ensure(cfg.DataDir, append(apiHosts, cfg.APIHosts...))
 	if err != nil {
 		return err
 	}
@@ -236,6 +240,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Limits:               apiLimits(cfg),
 		Logger:               log,
 		ServiceAccountTokens: saTokens,
+		RootCA:               creds.CACertPEM,
 		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
 		Metrics:              mtr.Handler(),
 		Observe:              observeAPI(mtr),
@@ -388,6 +393,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	// network namespaces; the router serves them once it exists.
 	instNet := newInstanceNet(cfg.ClusterDomain, upstream, log.With("component", "instance-network"))
 	instNet.tokens = srv
+	// The API inside instances: the same handler (authentication,
+	// authorization, limits) and certificate, each instance's connections
+	// bounded.
+	instNet.api = apiListen(cfg).Apply(&http.Server{
+		Handler:   srv.Handler(),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	})
+	instNet.apiLimits = listen.Limits{MaxConnections: cfg.Limits.InstanceAPI.MaxConnections}
 	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
 	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()
@@ -450,10 +464,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// ledger admission checks new Revisions against.
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
-		ExecProbes:          cfg.Policy.AllowExecProbes,
-		Event:               instanceEvents(events),
-		ProgressDeadline:    dep.ProgressDeadline,
-		Logger:              log.With("component", "replicas"),
+		// KUBERNETES_SERVICE_HOST and the ServiceAccount volume: the API
+		// inside instances.
+		API:              netip.AddrPortFrom(instanceAddr, instanceAPIPort),
+		ExecProbes:       cfg.Policy.AllowExecProbes,
+		Event:            instanceEvents(events),
+		ProgressDeadline: dep.ProgressDeadline,
+		Logger:           log.With("component", "replicas"),
 	})
 	if err != nil {
 		return err

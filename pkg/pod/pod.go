@@ -646,6 +646,9 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 		return err
 	}
 	c.t = t
+	// The OCI runtime creates and starts in one step; the kubelet tells
+	// the two apart, and so do these events.
+	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventCreated, Message: "Created container " + c.name})
 	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventStarted, Message: "Started container " + c.name})
 	p.log.Debug("container started", "container", c.name, "pid", t.Pid(), "create", time.Since(t1))
 	return nil

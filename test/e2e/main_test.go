@@ -213,7 +213,9 @@ func (s *server) stop() {
 // run executes a command with a deadline and returns combined output.
 func run(t *testing.T, env []string, stdin string, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Longer than the longest --timeout a test gives a command (120s), so
+	// the command's own timeout, with its message, comes first.
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), env...)

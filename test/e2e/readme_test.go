@@ -20,13 +20,14 @@ import (
 // Only the environment differs: HOME and the data dir are the test's own
 // (through $DATA_DIR, which the Makefile reads, and $KNBOX_DATA_DIR, which
 // the CLI reads), so a user's knbox and kubeconfig are untouched. The
-// README's addresses are knbox's defaults (127.0.0.1:6443 and :8080), so
-// the test needs them free; outside CI it skips when they are not.
+// README's addresses are knbox's defaults (127.0.0.1:6443, :8080 and the
+// registry's :5000), so the test needs them free; outside CI it skips when
+// they are not.
 func TestReadmeCommands(t *testing.T) {
 	for _, tool := range []string{"make", "curl", "kubectl", "runc", "go"} {
 		requireTool(t, tool)
 	}
-	for _, addr := range []string{"127.0.0.1:6443", "127.0.0.1:8080"} {
+	for _, addr := range []string{"127.0.0.1:6443", "127.0.0.1:8080", "127.0.0.1:5000"} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			if os.Getenv("CI") != "" {
