@@ -204,7 +204,7 @@ func TestRouterScaleFromZero(t *testing.T) {
 
 			table := routing.NewTable()
 			rt, err := router.New(router.Options{Table: table, Instances: routerInstances{e.m}, Logger: e.m.log,
-				Poke: func(ns, rev string) { e.activate(ns, rev) }})
+				Poke: func(ns, rev string, _ int) { e.activate(ns, rev) }})
 			if err != nil {
 				t.Fatal(err)
 			}
