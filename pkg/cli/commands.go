@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 
+	_ "github.com/knbox/knbox/pkg/cli/catalog" // before kubectl's command packages initialise
 	"github.com/knbox/knbox/pkg/version"
 )
 

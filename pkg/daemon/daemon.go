@@ -555,8 +555,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Stats: func(ns, rev string, at time.Time, concurrency, requests float64) {
 			as.Record(autoscaler.Key(ns, rev), at, concurrency, requests)
 		},
-		Poke: func(ns, rev string) {
-			as.Poke(autoscaler.Key(ns, rev))
+		Poke: func(ns, rev string, waiting int) {
+			as.PokeN(autoscaler.Key(ns, rev), waiting)
 			mgr.Poke(ns, rev)
 		},
 		External:      true,
