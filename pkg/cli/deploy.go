@@ -47,7 +47,7 @@ const latestTarget = "@latest"
 func deployCommand(s *session) *cobra.Command {
 	var o deployOptions
 	cmd := &cobra.Command{
-		Use:   "deploy NAME (--image IMAGE | --source DIR [--builder IMAGE])",
+		Use:   "deploy NAME (--image IMAGE | --source DIR --builder IMAGE)",
 		Short: "Create or update a Knative Service from an image or a source directory, wait until it is Ready and print its URL",
 		Long: `deploy creates the Service NAME, or updates its template, so that it runs IMAGE,
 then shows the progress (the Revision created, its conditions: image pull,

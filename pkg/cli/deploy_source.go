@@ -412,6 +412,9 @@ func followBuild(ctx context.Context, out io.Writer, dyn dynamic.Interface, rc *
 						fmt.Fprintf(out, "  (no log: %v)\n", err)
 					}
 					err := fmt.Errorf("build %s/%s failed: %s: %s", ns, name, c.Reason, c.Message)
+					if strings.Contains(c.Message, "$(KNBOX_REGISTRY)") {
+						err = fmt.Errorf("%w\nThe build's step was not told where knbox's registry is: deploy --source needs knbox's embedded registry enabled on a loopback address (registry.addr)", err)
+					}
 					if pushRefused(c.Message) {
 						err = fmt.Errorf("%w\nThe registry refused the push of the ServiceAccount %s. %s", err, DeployerServiceAccount, pushHint(ns))
 					}
