@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/image/imagetest"
@@ -68,8 +69,9 @@ func TestDeploySource(t *testing.T) {
 	{ // from source to URL
 		dir := source(map[string][]byte{"app": app, "greeting": []byte("built from source\n"),
 			".knboxignore": []byte("*.tmp\n"), "big.tmp": noise(t, 4<<20)})
+		start := time.Now()
 		out, err := deploy("hello", "--source", dir, "--builder", builder, "--timeout", "120s")
-		t.Logf("knbox deploy --source:\n%s", out)
+		t.Logf("knbox deploy --source (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
 		if err != nil {
 			y, _ := k.run("", "get", "builds,ksvc", "-o", "yaml")
 			t.Fatalf("knbox deploy --source: %v\n%s\n%s\n%s", err, out, y, k.srv.logs())
