@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +15,9 @@ import (
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/build/gittest"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/network"
+	"github.com/knbox/knbox/pkg/pod"
+	"golang.org/x/sys/unix"
 )
 
 // hostView dials as the host does: the unit tests' stand-in for a pod's
@@ -116,4 +121,54 @@ func TestCloneGit(t *testing.T) {
 			t.Fatal("dialled without a network view")
 		}
 	})
+}
+
+// TestGitSeedNetworkView: the clone dials from inside the pod's network
+// namespace: a server on the host's loopback is unreachable, until it is
+// relayed into the namespace as the builds' registries are.
+func TestGitSeedNetworkView(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (CAP_SYS_ADMIN); CI runs as root")
+		}
+		t.Skip("needs root (CAP_SYS_ADMIN)")
+	}
+	root := t.TempDir()
+	repo := gittest.NewRepo(t, root, "app.git")
+	repo.Commit("one", map[string]string{"hello.txt": "hi"})
+	addr := gittest.Serve(t, root)
+	src := buildv1alpha1.GitSourceSpec{URL: "http://" + addr + "/app.git"}
+
+	nsRoot := filepath.Join(t.TempDir(), "netns")
+	t.Cleanup(func() { _ = unix.Unmount(nsRoot, unix.MNT_DETACH) })
+	ns, err := network.CreateIn(nsRoot, "build-git-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Delete() })
+	fill := gitSeed(src, GitLimits{Timeout: time.Minute}, testArchiveLimits, t.TempDir())
+	ctx := context.Background()
+
+	err = fill(ctx, t.TempDir(), pod.SeedNet{NS: ns})
+	if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), src.URL) {
+		t.Fatalf("a clone of the host's loopback: %v, want unreachable", err)
+	}
+	hostName := buildv1alpha1.GitSourceSpec{URL: "http://localhost.invalid:1/app.git"}
+	err = gitSeed(hostName, GitLimits{Timeout: time.Minute}, testArchiveLimits, t.TempDir())(ctx, t.TempDir(), pod.SeedNet{NS: ns})
+	if err == nil || !strings.Contains(err.Error(), "no name server") {
+		t.Fatalf("a name without name servers: %v", err)
+	}
+
+	f, err := Forward(ns, []netip.AddrPort{netip.MustParseAddrPort(addr)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir := t.TempDir()
+	if err := fill(ctx, dir, pod.SeedNet{NS: ns}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "hello.txt")); err != nil || string(b) != "hi" {
+		t.Fatalf("hello.txt = %q, %v", b, err)
+	}
 }

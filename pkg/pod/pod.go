@@ -506,7 +506,7 @@ func (p *pod) prepareVolumes(ctx context.Context) error {
 			}
 		}
 		if v.Seed != nil {
-			err := seed(ctx, vdir, v.Seed, SeedNet{NS: p.nsOf(), Nameservers: p.rt.opts.Nameservers})
+			err := p.seed(ctx, vdir, v.Seed)
 			var se *SeedError
 			switch {
 			case errors.As(err, &se):
@@ -527,6 +527,20 @@ func (p *pod) prepareVolumes(ctx context.Context) error {
 	}
 	p.vols = vols
 	return nil
+}
+
+// seed fills an emptyDir from its Seed; a Stop of the pod ends it.
+func (p *pod) seed(ctx context.Context, dir string, s *Seed) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return seed(ctx, dir, s, SeedNet{NS: p.nsOf(), Nameservers: p.rt.opts.Nameservers})
 }
 
 // updateVolume records a files volume's new content and writes it if the
