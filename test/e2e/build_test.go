@@ -36,9 +36,8 @@ type buildEnv struct {
 	pusher string
 }
 
-//
-// relayed are more loopback addresses of the host that builds reach (as
-// builds.registries).
+// newBuildEnv starts it; relayed are more loopback addresses of the host
+// that builds reach (as builds.registries).
 func newBuildEnv(t *testing.T, relayed ...string) *buildEnv {
 	t.Helper()
 	requireTool(t, "runc")
