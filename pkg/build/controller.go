@@ -424,6 +424,9 @@ func runningMessage(b *buildv1alpha1.Build, st pod.Status) string {
 	if st.Pulling {
 		return "pulling the steps' images"
 	}
+	if len(st.Containers) == 0 && b.Spec.Source != nil && b.Spec.Source.Git != nil {
+		return "cloning " + b.Spec.Source.Git.URL
+	}
 	for i, cs := range st.Containers {
 		if cs.Running != nil && i < len(b.Spec.Steps) {
 			return fmt.Sprintf("step %q (%d of %d) runs", b.Spec.Steps[i].Name, i+1, len(b.Spec.Steps))
