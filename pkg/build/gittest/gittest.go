@@ -4,6 +4,7 @@
 package gittest
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -97,7 +98,8 @@ func Serve(t testing.TB, root string) string {
 	h := &cgi.Handler{
 		Path: Git(t),
 		Args: []string{"http-backend"},
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root},
+		Env:    []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root},
+		Stderr: io.Discard, // "Not a git repository" for the tests' missing ones
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
