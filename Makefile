@@ -20,12 +20,14 @@ TESTFLAGS ?=
 STATICCHECK_VERSION ?= v0.8.2
 
 DATA_DIR ?= /var/lib/knbox
+# Extra flags of `make run`'s knbox serve (knbox serve --help).
+SERVE_FLAGS ?=
 FUZZTIME ?= 20s
 
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
-	@echo "  variables: DATA_DIR=$(DATA_DIR) FUZZTIME=$(FUZZTIME) TEST_P=$(TEST_P) TEST_PARALLEL=$(TEST_PARALLEL)"
+	@echo "  variables: DATA_DIR=$(DATA_DIR) SERVE_FLAGS=$(SERVE_FLAGS) FUZZTIME=$(FUZZTIME) TEST_P=$(TEST_P) TEST_PARALLEL=$(TEST_PARALLEL)"
 
 .PHONY: deps
 deps: ## install the commands the tests need (kubectl, runc, ...; root on Debian 12)
@@ -68,10 +70,11 @@ fuzz: ## run every fuzz target (found with go test -list) for FUZZTIME each
 run: deps build ## build, then run `knbox serve` with DATA_DIR and load the offline sample image
 	$(GO) run ./hack/sampleimage -o _output/helloworld.tar
 	@echo "knbox is starting with data in $(DATA_DIR). From another shell:"
-	@echo "  mkdir -p ~/.kube && bin/knbox kubeconfig --data-dir $(DATA_DIR) > ~/.kube/knbox.yaml"
-	@echo "  KUBECONFIG=~/.kube/knbox.yaml kubectl apply -f examples/hello.yaml"
+	@echo "  bin/knbox kubeconfig --data-dir $(DATA_DIR) -o ~/.kube/knbox.yaml"
+	@echo "  export KUBECONFIG=~/.kube/knbox.yaml"
+	@echo "  kubectl apply -f examples/hello.yaml"
 	@echo "  curl http://hello.default.localhost:8080"
-	@bin/knbox serve --data-dir $(DATA_DIR) & pid=$$!; \
+	@bin/knbox serve --data-dir $(DATA_DIR) $(SERVE_FLAGS) & pid=$$!; \
 	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
 	for i in $$(seq 1 120); do \
 		KUBECONFIG= KNBOX_DATA_DIR=$(DATA_DIR) bin/knbox image load _output/helloworld.tar >/dev/null 2>&1 && break; \

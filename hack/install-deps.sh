@@ -27,6 +27,8 @@ DEPS=(
 	# so both are installed for them.
 	cni-plugins:containernetworking-plugins
 	iptables:iptables
+	# The README's first request (test/e2e TestReadmeCommands runs it).
+	curl:curl
 	# The console's end-to-end test drives Debian's headless chromium
 	# (test/e2e TestConsoleInBrowser).
 	chromium:chromium

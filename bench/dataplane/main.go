@@ -7,7 +7,12 @@
 //     latency at one client, throughput of 64 KiB responses;
 //   - cold start: a request to a Revision at zero scale, to the first byte
 //     of its response, for each OCI runtime asked for (runc and runsc by
-//     default), next to starting the same program as a plain host process;
+//     default), next to starting the same program as a plain host process
+//     and to starting knbox's own bundle by hand with the runtime's CLI
+//     (`runc run --detach`), interleaved;
+//   - burst: 10 one-second requests at once to a revision at zero with
+//     containerConcurrency 1, next to 10 copies of the bundle started at
+//     once by hand, in interleaved rounds;
 //   - warm requests: latency and throughput through knbox's router to one
 //     instance, next to the same program reached directly.
 //
@@ -21,7 +26,7 @@
 // and nginx: apt-get install wrk nginx, and the Go module proxy to build
 // Knative's queue-proxy):
 //
-//	go run ./bench/dataplane [-tables proxies,warm,cold] [-rounds 3] [-duration 5s]
+//	go run ./bench/dataplane [-tables proxies,warm,cold,burst] [-rounds 3] [-duration 5s]
 //	    [-runtime runc,runsc] [-n 20] [-requests 2000] [-clients 4]
 package main
 
@@ -101,8 +106,8 @@ func main() {
 	serve := flag.String("serve", "", "internal: serve as a proxy (router or reverseproxy) and nothing else")
 	listen := flag.String("listen", "", "internal: with -serve, the address to listen on")
 	upstream := flag.String("upstream", "", "internal: with -serve, the upstream's address")
-	tables := flag.String("tables", "proxies,warm,cold", "tables to measure, comma-separated: proxies, warm, cold")
-	rounds := flag.Int("rounds", 3, "interleaved rounds of the proxy table (1..20)")
+	tables := flag.String("tables", "proxies,warm,cold,burst", "tables to measure, comma-separated: proxies, warm, cold, burst")
+	rounds := flag.Int("rounds", 3, "interleaved rounds of the proxy and the burst table (1..20)")
 	duration := flag.Duration("duration", 5*time.Second, "length of one wrk run of the proxy table (1s..60s)")
 	wrkBin := flag.String("wrk", "wrk", "the wrk command")
 	nginxBin := flag.String("nginx", "nginx", "the nginx command")
@@ -124,7 +129,7 @@ func main() {
 		tables: map[string]bool{}, rounds: *rounds, duration: *duration, wrk: *wrkBin, nginx: *nginxBin}
 	for _, t := range strings.Split(*tables, ",") {
 		switch t = strings.TrimSpace(t); t {
-		case "proxies", "warm", "cold":
+		case "proxies", "warm", "cold", "burst":
 			o.tables[t] = true
 		case "":
 		default:
@@ -170,12 +175,16 @@ func main() {
 			b.SkipNow()
 		}
 		rep, runErr = run(b, o)
+		// Printed here, before the temporary directories are removed:
+		// what that cleanup finds wrong must not lose the tables.
+		if rep != nil {
+			rep.print(os.Stdout)
+		}
+		if runErr != nil {
+			fmt.Fprintln(os.Stderr, "dataplane:", runErr)
+		}
 	})
-	if rep != nil {
-		rep.print(os.Stdout)
-	}
 	if runErr != nil {
-		fmt.Fprintln(os.Stderr, "dataplane:", runErr)
 		os.Exit(1)
 	}
 	if rep == nil {
@@ -199,6 +208,7 @@ type report struct {
 	cold       []row // baseline first
 	warmNote   string
 	warm       []row // per clients setting, baseline first
+	bursts     []*burstReport
 }
 
 type row struct {
@@ -253,6 +263,9 @@ func (r *report) print(w io.Writer) {
 		}
 		tw.Flush()
 	}
+	for _, b := range r.bursts {
+		b.print(w)
+	}
 	if len(r.warm) > 0 {
 		fmt.Fprintf(w, "\nWarm requests: GET %s, one instance, latency per request and throughput over the row\n%s\n\n", path, r.warmNote)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -302,7 +315,7 @@ func run(b *testing.B, o options) (*report, error) {
 			return rep, fmt.Errorf("proxies: %w", err)
 		}
 	}
-	if !o.tables["warm"] && !o.tables["cold"] {
+	if !o.tables["warm"] && !o.tables["cold"] && !o.tables["burst"] {
 		return rep, nil
 	}
 	logf("building knbox")
@@ -327,6 +340,13 @@ func run(b *testing.B, o options) (*report, error) {
 	if o.tables["warm"] {
 		if err := e.warm(ctx, rep); err != nil {
 			return rep, fmt.Errorf("warm requests: %w", err)
+		}
+	}
+	// The burst first: the cold table ends by deleting many Services at
+	// once, after which knbox can be slow to take new revisions.
+	if o.tables["burst"] {
+		if err := e.burst(ctx, rep, "runc", o.rounds); err != nil {
+			return rep, fmt.Errorf("burst: %w\nknbox log (tail):\n%s", err, e.logTail(30))
 		}
 	}
 	if o.tables["cold"] {
@@ -475,11 +495,14 @@ func (e *env) waitRuntimeClasses(ctx context.Context) error {
 
 // createService creates a Service running runtime-info under RuntimeClass
 // rt with the given template annotations.
-func (e *env) createService(ctx context.Context, name, rt string, annotations map[string]string) error {
+func (e *env) createService(ctx context.Context, name, rt string, annotations map[string]string, opts ...func(*servingv1.Service)) error {
 	s := &servingv1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 	s.Spec.Template.Annotations = annotations
 	s.Spec.Template.Spec.RuntimeClassName = &rt
 	s.Spec.Template.Spec.Containers = []corev1.Container{{Image: e.image}}
+	for _, o := range opts {
+		o(s)
+	}
 	_, err := e.serving.ServingV1().Services(namespace).Create(ctx, s, metav1.CreateOptions{})
 	return err
 }
@@ -517,6 +540,20 @@ func (e *env) waitReady(ctx context.Context, names []string) (hosts, revs map[st
 }
 
 // replicas returns status.actualReplicas of every revision (-1 when unset).
+// withConcurrency sets a Service's containerConcurrency.
+func withConcurrency(n int64) func(*servingv1.Service) {
+	return func(s *servingv1.Service) { s.Spec.Template.Spec.ContainerConcurrency = &n }
+}
+
+// runningPods counts the instances (Pods) of revision rev.
+func (e *env) runningPods(ctx context.Context, rev string) (int32, error) {
+	list, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
+	if err != nil {
+		return 0, err
+	}
+	return int32(len(list.Items)), nil
+}
+
 func (e *env) replicas(ctx context.Context) (map[string]int32, error) {
 	list, err := e.serving.ServingV1().Revisions(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -831,8 +868,29 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 		for _, n := range names {
 			toZero = append(toZero, zeroAt[n].Sub(readyAt[n]))
 		}
+		// The anchor: the same bundle run by hand, one start before each
+		// cold request (interleaved).
+		anchorRev, stopAnchor, err := e.anchorService(ctx, "cold", rt)
+		if err != nil {
+			return fmt.Errorf("anchor service: %w", err)
+		}
+		hand, err := e.newHandRunner(rt, anchorRev)
+		if err != nil {
+			stopAnchor()
+			return err
+		}
+		hr := row{name: rt + " run --detach of the same bundle by hand"}
 		r := row{name: "router -> " + rt + " (from zero)"}
 		for _, n := range names {
+			hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
+			d, err := hand.once(hctx)
+			hcancel()
+			if err != nil {
+				logf("cold %s: by hand: %v", rt, err)
+				hr.errors++
+			} else {
+				hr.samples = append(hr.samples, d)
+			}
 			reps, err := e.replicas(ctx)
 			if err != nil {
 				return err
@@ -841,7 +899,7 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 				return fmt.Errorf("%s has %d instances before its cold request", revs[n], reps[revs[n]])
 			}
 			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			d, err := timedGet(rctx, e.router, "http://"+hosts[n]+path)
+			d, err = timedGet(rctx, e.router, "http://"+hosts[n]+path)
 			cancel()
 			if err != nil {
 				logf("cold %s: %s: %v", rt, n, err)
@@ -850,7 +908,9 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 			}
 			r.samples = append(r.samples, d)
 		}
-		rep.cold = append(rep.cold, r)
+		hand.close()
+		stopAnchor()
+		rep.cold = append(rep.cold, hr, r)
 		logf("cold %s: deleting %d services", rt, len(names))
 		for _, n := range names {
 			if err := e.serving.ServingV1().Services(namespace).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -883,7 +943,10 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 	}
 	rep.coldMethod = fmt.Sprintf("method: %d Services per runtime, %s (Ready -> zero: median %v,\n"+
 		"%v .. %v). Each Service then gets one request, sent once its revision reports status.actualReplicas 0.\n"+
-		"The baseline is runtime-info exec'd as a host process: exec -> first byte of its first answer (port polled every 1ms).",
+		"The baseline is runtime-info exec'd as a host process: exec -> first byte of its first answer (port polled every 1ms).\n"+
+		"By hand: the bundle knbox wrote for a running instance of the same image (min-scale 1), copied with a network\n"+
+		"namespace of its own, started with `<runtime> run --detach` -> first byte (port polled every 1ms); one before each\n"+
+		"cold request (interleaved). Namespace and bundle are made before the clock starts.",
 		e.o.n, how, toZero[len(toZero)/2].Round(100*time.Millisecond), toZero[0].Round(100*time.Millisecond), toZero[len(toZero)-1].Round(100*time.Millisecond))
 	return nil
 }

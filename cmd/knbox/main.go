@@ -63,6 +63,9 @@ func serveCommand() *cobra.Command {
 			if cmd.Flags().Changed("http-addr") {
 				cfg.HTTPAddr = flags.HTTPAddr
 			}
+			if cmd.Flags().Changed("registry-addr") {
+				cfg.Registry.Addr = flags.Registry.Addr
+			}
 			if cmd.Flags().Changed("token-auth-file") {
 				cfg.TokenAuthFile = flags.TokenAuthFile
 			}
@@ -106,6 +109,7 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for the store, credentials and kubeconfig")
 	f.StringVar(&flags.APIAddr, "api-addr", def.APIAddr, "address of the Kubernetes-style API (HTTPS)")
 	f.StringVar(&flags.HTTPAddr, "http-addr", def.HTTPAddr, "address of the data plane (HTTP)")
+	f.StringVar(&flags.Registry.Addr, "registry-addr", config.DefaultRegistryAddr, "address of the embedded OCI registry: plain HTTP on loopback, HTTPS elsewhere (registry.addr)")
 	f.StringVar(&flags.TokenAuthFile, "token-auth-file", "", "extra bearer tokens, CSV as kube-apiserver's: token,user,uid,\"group1,group2\"")
 	f.StringVar(&flags.Observability.MetricsAddr, "metrics-addr", "", "also serve /metrics over plain HTTP, without authentication, at this address (observability.metricsAddr)")
 	f.BoolVar(&flags.Observability.AccessLog.Enabled, "access-log", false, "log every data plane request as a JSON line (observability.accessLog.enabled)")

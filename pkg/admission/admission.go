@@ -45,6 +45,7 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingv1beta1 "knative.dev/serving/pkg/apis/serving/v1beta1"
 
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/quota"
 )
 
@@ -117,8 +118,16 @@ type Admitter struct {
 	// allowPrivilegeEscalation false), so Pod Security judges what runs;
 	// nil: nothing.
 	InstanceDefaults func(*corev1.PodSpec)
+	// RegistryImage, if not nil, decides whether user may name image in a
+	// revision template of namespace: "" allows, else the reason it may
+	// not. knbox refuses images of its embedded registry from another
+	// namespace unless the user may pull them there (pkg/daemon).
+	RegistryImage func(ctx context.Context, user User, namespace, image string) (reason string, err error)
 	// Logger receives Pod Security audit violations; nil: not logged.
 	Logger *slog.Logger
+	// Builds are the operator's bounds of Builds (timeout default and
+	// maximum); zero values: the package's defaults.
+	Builds buildv1alpha1.Limits
 
 	ledgerOnce sync.Once
 	psaOnce    sync.Once
@@ -217,6 +226,7 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 	errs = append(errs, rewriteAll(apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")), rewrite)...)
 
 	ctx = servingcfg.ToContext(ctx, a.Serving)
+	ctx = buildv1alpha1.WithLimits(ctx, a.Builds)
 	ctx = apis.WithUserInfo(ctx, &authv1.UserInfo{Username: req.User.Name, UID: req.User.UID, Groups: req.User.Groups})
 	switch req.Op {
 	case Create:
@@ -242,11 +252,16 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		if err != nil {
 			return nil, nil, err
 		}
-		fe = fe.Also(rc).Also(sa).Also(checkVisibility(req.Object, meta, req.Old)).Also(a.checkMappingDomain(req.Object))
+		ri, err := a.checkRegistryImages(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		fe = fe.Also(rc).Also(sa).Also(ri).Also(checkVisibility(req.Object, meta, req.Old)).Also(a.checkMappingDomain(req.Object))
 		if !a.AllowExecProbes {
 			fe = fe.Also(checkProbes(req.Object))
 		}
 	}
+	fe = a.dropUntrueWarnings(req.Object, fe)
 	knErrs := FieldErrors(fe, rewrite)
 	return Warnings(fe), append(errs, knErrs...), knativeInvalid(req.Object, errs, knErrs, fe, rewrite)
 }
@@ -262,6 +277,7 @@ var (
 	_ knativeObject = (*servingv1.Revision)(nil)
 	_ knativeObject = (*servingv1.Route)(nil)
 	_ knativeObject = (*servingv1beta1.DomainMapping)(nil)
+	_ knativeObject = (*buildv1alpha1.Build)(nil)
 )
 
 // checkMappingDomain refuses a DomainMapping of a name under the

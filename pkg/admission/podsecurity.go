@@ -17,6 +17,8 @@ import (
 	"k8s.io/pod-security-admission/metrics"
 	"k8s.io/pod-security-admission/policy"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 )
 
 // Pod Security admission is Kubernetes' own (k8s.io/pod-security-admission):
@@ -118,10 +120,14 @@ func (a *Admitter) checkPodSecurity(ctx context.Context, req Request, w *workloa
 	if req.Op == Update {
 		op = admissionv1.Update
 	}
+	version := servingv1.SchemeGroupVersion.Version
+	if w.kind == "Build" {
+		version = buildv1alpha1.SchemeGroupVersion.Version
+	}
 	attrs := &psa.AttributesRecord{
 		Name: obj.GetName(), Namespace: ns.Name, Operation: op, Object: req.Object, OldObject: req.Old, Username: req.User.Name,
-		Kind:     servingv1.SchemeGroupVersion.WithKind(w.kind),
-		Resource: servingv1.SchemeGroupVersion.WithResource(w.gr.Resource),
+		Kind:     schema.GroupVersionKind{Group: w.gr.Group, Version: version, Kind: w.kind},
+		Resource: schema.GroupVersionResource{Group: w.gr.Group, Version: version, Resource: w.gr.Resource},
 	}
 	resp := adm.EvaluatePod(ctx, policy, perrs.ToAggregate(), w.podMeta, pod, attrs, true)
 	if v := resp.AuditAnnotations[psa.AuditViolationsAnnotationKey]; v != "" && a.Logger != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/quota"
 )
 
@@ -49,8 +50,24 @@ func workloadOf(obj runtime.Object) *workload {
 		return &workload{schema.GroupResource{Group: g, Resource: "configurations"}, "Configuration", &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec.PodSpec, field.NewPath("spec", "template", "spec")}
 	case *servingv1.Revision:
 		return &workload{schema.GroupResource{Group: g, Resource: "revisions"}, "Revision", &o.ObjectMeta, &o.Spec.PodSpec, field.NewPath("spec")}
+	case *buildv1alpha1.Build:
+		// A build's sandbox runs its steps (one at a time) with the
+		// isolation of an instance: judged as a pod of those containers.
+		spec := &corev1.PodSpec{Containers: o.Spec.Steps, Volumes: o.Spec.Volumes, ServiceAccountName: o.Spec.ServiceAccountName}
+		if c := o.Annotations[buildv1alpha1.RuntimeClassAnnotation]; c != "" {
+			spec.RuntimeClassName = &c
+		}
+		return &workload{buildv1alpha1.Resource("builds"), "Build", &o.ObjectMeta, spec, field.NewPath("spec")}
 	}
 	return nil
+}
+
+// classPath is the field that names the workload's RuntimeClass.
+func (w *workload) classPath() *field.Path {
+	if w.kind == "Build" {
+		return field.NewPath("metadata", "annotations").Key(buildv1alpha1.RuntimeClassAnnotation)
+	}
+	return w.path.Child("runtimeClassName")
 }
 
 // changed reports whether an update changes what the instances run: the
@@ -79,6 +96,10 @@ func (a *Admitter) instancePod(ctx context.Context, ns *corev1.Namespace, spec *
 	pod := quota.EffectivePod(spec, ranges)
 	if c := a.effectiveClass(pod); c != "" && (pod.RuntimeClassName == nil || *pod.RuntimeClassName == "") {
 		pod.RuntimeClassName = &c
+	}
+	// The RuntimeClass's overhead, which LimitRange's Pod limits count.
+	if err := quota.WithOverhead(ctx, a.Objects, pod); err != nil {
+		return nil, err
 	}
 	if a.InstanceDefaults != nil {
 		a.InstanceDefaults(pod)
@@ -154,7 +175,7 @@ func (a *Admitter) admitPolicies(ctx context.Context, req Request, meta *metav1.
 	if err != nil {
 		return nil, nil, err
 	}
-	if fe := a.checkRuntimeClassAccess(ns, w.spec, w.path.Child("runtimeClassName")); fe != nil {
+	if fe := a.checkRuntimeClassAccess(ns, w.spec, w.classPath()); fe != nil {
 		fe.Field = rewrite(fe.Field)
 		return nil, field.ErrorList{fe}, nil
 	}
@@ -173,10 +194,16 @@ func (a *Admitter) admitPolicies(ctx context.Context, req Request, meta *metav1.
 	if err != nil {
 		return nil, nil, err
 	}
-	if w.kind == "Revision" {
-		err = a.ledger().Fits(ctx, ns.Name, w.spec)
-	} else {
-		err = a.ledger().CanFit(ctx, ns.Name, w.spec)
+	// Counted in the class its instances run in, with its overhead.
+	spec := w.spec.DeepCopy()
+	spec.RuntimeClassName = pod.RuntimeClassName
+	switch w.kind {
+	case "Build":
+		// A build is no instance: the quotas on instances do not count it.
+	case "Revision":
+		err = a.ledger().Fits(ctx, ns.Name, spec)
+	default:
+		err = a.ledger().CanFit(ctx, ns.Name, spec)
 	}
 	if err != nil {
 		return nil, nil, refusal(w.gr, meta.Name, err)
@@ -212,6 +239,12 @@ func (a *Admitter) defaultRuntimeClass(ctx context.Context, op Operation, obj ru
 		return err
 	}
 	a.defaultRuntimeClassFor(ns, w.spec)
+	if b, ok := obj.(*buildv1alpha1.Build); ok && w.spec.RuntimeClassName != nil && *w.spec.RuntimeClassName != "" {
+		if b.Annotations == nil {
+			b.Annotations = map[string]string{}
+		}
+		b.Annotations[buildv1alpha1.RuntimeClassAnnotation] = *w.spec.RuntimeClassName
+	}
 	return nil
 }
 

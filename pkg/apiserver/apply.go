@@ -25,6 +25,8 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	"sigs.k8s.io/structured-merge-diff/v4/fieldpath"
 	"sigs.k8s.io/yaml"
+
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 )
 
 // Server-side apply and managedFields, with apimachinery's field manager
@@ -47,6 +49,7 @@ var fieldScheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(servingv1.AddToScheme(s))
+	utilruntime.Must(buildv1alpha1.AddToScheme(s))
 	return s
 })
 

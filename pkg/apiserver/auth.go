@@ -85,6 +85,17 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (user.Info
 	if header == "" && anonymousPaths.Has(r.URL.Path) {
 		return &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}, true
 	}
+	u, ok := s.userOf(header)
+	if !ok {
+		writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+		return nil, false
+	}
+	return u, true
+}
+
+// userOf returns the user an Authorization header names: a token of the
+// token file (or the admin's) or a ServiceAccount token.
+func (s *Server) userOf(header string) (user.Info, bool) {
 	var u user.Info
 	if au, ok := s.opts.Authenticate(header); ok {
 		u = &user.DefaultInfo{Name: au.Name, UID: au.UID, Groups: au.Groups}
@@ -97,13 +108,29 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (user.Info
 		}
 	}
 	if u == nil || u.GetName() == "" {
-		writeError(w, apierrors.NewUnauthorized("Unauthorized"))
 		return nil, false
 	}
 	if !slices.Contains(u.GetGroups(), user.AllAuthenticated) {
 		u = &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: append(slices.Clone(u.GetGroups()), user.AllAuthenticated), Extra: u.GetExtra()}
 	}
 	return u, true
+}
+
+// AuthenticateToken returns the user a bearer token names, as the API
+// authenticates it, for knbox's endpoints outside the API (the embedded
+// registry). With no Authenticate option (tests), every token is the
+// administrator's.
+func (s *Server) AuthenticateToken(token string) (user.Info, bool) {
+	if s.opts.Authenticate == nil {
+		return &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}, true
+	}
+	return s.userOf("Bearer " + token)
+}
+
+// Authorize decides a request as the API's authorizer does (RBAC), for
+// knbox's endpoints outside the API (the embedded registry).
+func (s *Server) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	return s.authz.Authorize(ctx, attrs)
 }
 
 // infoView is r as RequestInfoFactory needs to see it: of the query, only
@@ -305,6 +332,9 @@ func (s *Server) startAuth(ctx context.Context) error {
 		return err
 	}
 	if err := s.ensureServiceAccounts(ctx); err != nil {
+		return err
+	}
+	if err := s.publishRootCA(ctx); err != nil {
 		return err
 	}
 	go s.runAuthControllers(ctx)

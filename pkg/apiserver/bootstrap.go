@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,10 +23,12 @@ import (
 // level-triggered pass over the store: ClusterRoles with an aggregationRule
 // get the rules of the roles they select (kube-controller-manager's
 // clusterrole-aggregation controller), and every active namespace has a
-// ServiceAccount "default" (its serviceaccount controller).
+// ServiceAccount "default" (its serviceaccount controller) and, with
+// Options.RootCA, a ConfigMap kube-root-ca.crt (its root-ca-cert-publisher).
 const (
 	aggregateKey       = "aggregate"
 	serviceAccountsKey = "serviceaccounts"
+	rootCAKey          = "rootca"
 	// maxAggregationPasses bounds the passes of one aggregation run:
 	// aggregated roles that select aggregated roles (admin selects edit,
 	// which selects view) settle in as many passes as the chain is long.
@@ -218,6 +221,10 @@ func (s *Server) runAuthControllers(ctx context.Context) {
 	go s.triggerOn(ctx, q, s.rbac.clusterRoles, aggregateKey)
 	go s.triggerOn(ctx, q, s.rbac.ns, serviceAccountsKey)
 	go s.triggerOn(ctx, q, s.rbac.sas, serviceAccountsKey)
+	if cms := s.kinds.Lookup("", "configmaps"); cms != nil && len(s.opts.RootCA) > 0 {
+		go s.triggerOn(ctx, q, s.rbac.ns, rootCAKey)
+		go s.triggerOn(ctx, q, cms, rootCAKey)
+	}
 	for {
 		item, shutdown := q.Get()
 		if shutdown {
@@ -229,6 +236,8 @@ func (s *Server) runAuthControllers(ctx context.Context) {
 			err = s.aggregate(ctx)
 		case serviceAccountsKey:
 			err = s.ensureServiceAccounts(ctx)
+		case rootCAKey:
+			err = s.publishRootCA(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("auth controller pass failed", "pass", item, "err", err)
@@ -261,4 +270,55 @@ func (s *Server) triggerOn(ctx context.Context, q workqueue.RateLimitingInterfac
 			q.Add(key)
 		}
 	}
+}
+
+// RootCAConfigMap is the ConfigMap in every namespace that holds the CA
+// bundle (key RootCAKey) clients inside instances verify the API with, as
+// on a cluster; the kubelet's automounted ServiceAccount volume reads it.
+const (
+	RootCAConfigMap = "kube-root-ca.crt"
+	RootCAKey       = "ca.crt"
+	// rootCADescription is the annotation Kubernetes puts on it.
+	rootCADescription = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints " +
+		"such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."
+)
+
+// publishRootCA makes the ConfigMap kube-root-ca.crt in every namespace
+// that is not terminating hold Options.RootCA, creating it or putting its
+// data back when a user changed it, as the root-ca-cert-publisher does.
+func (s *Server) publishRootCA(ctx context.Context) error {
+	k := s.kinds.Lookup("", "configmaps")
+	if k == nil || len(s.opts.RootCA) == 0 {
+		return nil
+	}
+	objs, err := s.rbac.list(s.rbac.ns, "")
+	if err != nil {
+		return err
+	}
+	want := map[string]string{RootCAKey: string(s.opts.RootCA)}
+	for _, o := range objs {
+		ns := o.(*corev1.Namespace)
+		if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+			continue
+		}
+		cur, _, err := s.getStored(k, ns.Name, RootCAConfigMap)
+		switch {
+		case apierrors.IsNotFound(err):
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: RootCAConfigMap,
+				Annotations: map[string]string{"kubernetes.io/description": rootCADescription}}, Data: want}
+			_, err = s.createObject(ctx, k, cm, systemUser)
+		case err == nil:
+			cm := cur.(*corev1.ConfigMap)
+			if maps.Equal(cm.Data, want) && len(cm.BinaryData) == 0 {
+				continue
+			}
+			cm = cm.DeepCopy()
+			cm.Data, cm.BinaryData = want, nil
+			_, err = s.systemUpdate(ctx, k, cm)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) && !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("configmap %s/%s: %w", ns.Name, RootCAConfigMap, err)
+		}
+	}
+	return nil
 }

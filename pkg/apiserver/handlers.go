@@ -871,10 +871,17 @@ func (s *Server) handleDeleteCollection(w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	entries, rev, err := s.store.List(req.kind.storeResource(), req.namespace)
+	// As a list does: the label index narrows to the objects whose labels
+	// may match (a selector's =, == and in terms), the selector decides.
+	var lo store.PageOptions
+	if s.store.LabelIndexed() {
+		lo.Labels = indexTerms(sel.labels)
+	}
+	page, err := s.store.ListPage(req.kind.storeResource(), req.namespace, lo)
 	if err != nil {
 		return err
 	}
+	entries, rev := page.Entries, page.Revision
 	var deleted []runtime.Object
 	for _, e := range entries {
 		obj, err := decodeStored(req.kind, e.Value)

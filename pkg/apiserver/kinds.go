@@ -11,6 +11,9 @@ import (
 	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingv1beta1 "knative.dev/serving/pkg/apis/serving/v1beta1"
+	"time"
+
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 )
 
 // Kind describes one resource the server serves: its names on the wire,
@@ -304,6 +307,7 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 			},
 		},
 	}}
+	ks.all = append(ks.all, buildKind())
 	ks.all = append(ks.all, podsKind(), ingressKind())
 	ks.all = append(ks.all, authKinds()...)
 	ks.all = append(ks.all, tenantKinds()...)
@@ -314,6 +318,32 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 		}
 	}
 	return ks
+}
+
+// buildKind is build.knative.dev/v1alpha1 Build, the seed era's build
+// (package apis/build/v1alpha1); package build runs it.
+func buildKind() *Kind {
+	return &Kind{
+		Group: buildv1alpha1.GroupName, Version: "v1alpha1", Kind: "Build", Resource: "builds", Singular: "build",
+		Categories: []string{"all", "knative"}, Namespaced: true,
+		HasStatus: true, HasGeneration: true, RequireResourceVersion: true,
+		New: func() runtime.Object { return &buildv1alpha1.Build{} }, NewList: func() runtime.Object { return &buildv1alpha1.BuildList{} },
+		Columns: cols(col("Succeeded", "string", ""), col("Reason", "string", ""), col("StartTime", "string", ""), col("CompletionTime", "string", "")),
+		Row: func(o runtime.Object) []interface{} {
+			b := o.(*buildv1alpha1.Build)
+			status, reason := "", ""
+			if c := b.Status.Succeeded(); c != nil {
+				status, reason = string(c.Status), c.Reason
+			}
+			t := func(t *metav1.Time) string {
+				if t == nil {
+					return ""
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			return []interface{}{status, reason, t(b.Status.StartTime), t(b.Status.CompletionTime)}
+		},
+	}
 }
 
 // copyField sets dst.name = src.name (both the same struct type).

@@ -106,7 +106,7 @@ func (s *Server) record(o *observed, method, contentType string, d time.Duration
 	if k := s.kinds.Lookup(ri.APIGroup, ri.Resource); k != nil && k.Serves(ri.APIVersion) {
 		rec.Group, rec.Version, rec.Resource = k.Group, ri.APIVersion, k.Resource
 		switch ri.Subresource {
-		case "status", "log", "token", "":
+		case "status", "log", "token", "source", "":
 			rec.Subresource = ri.Subresource
 		default:
 			rec.Subresource = "other"

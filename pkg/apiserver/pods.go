@@ -25,7 +25,9 @@ import (
 // PodSource is the runtime side's instances seen as core/v1 Pods (package
 // replicas' Manager, adapted by the daemon): the API mirrors them.
 type PodSource interface {
-	// Pods returns every instance as a Pod.
+	// Pods returns every instance as a Pod. A Pod's UID, when set, is the
+	// one it is stored with (the source's events name it); unset, the
+	// mirror gives it one.
 	Pods() []*corev1.Pod
 	// Pod returns one instance; false once it is gone.
 	Pod(namespace, name string) (*corev1.Pod, bool)
@@ -98,7 +100,8 @@ func podStatusText(p *corev1.Pod) string {
 // a Pod is created for each new instance, its status kept, and it is
 // removed once the instance is gone; a Pod deleted through the API stops
 // its instance. Start it once the instances of an earlier run are adopted,
-// or their Pods are removed and made again with new UIDs.
+// or their Pods are removed and made again (with new UIDs, unless the
+// source sets them).
 func (s *Server) RunPods(ctx context.Context, src PodSource) {
 	q := workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), "pods")
 	s.podsMu.Lock()
@@ -226,7 +229,9 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 			// instances are being stopped with their Revisions.
 			return nil
 		}
-		want.UID = uuid.NewUUID()
+		if want.UID == "" { // the source names none: a UID of the API's
+			want.UID = uuid.NewUUID()
+		}
 		want.Finalizers = []string{PodFinalizer}
 		want.DeletionTimestamp, want.DeletionGracePeriodSeconds = nil, nil
 		_, err := s.store.Create(s.key(k, ns, name), func(rev int64) ([]byte, error) {

@@ -18,6 +18,7 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
@@ -62,6 +64,17 @@ type Options struct {
 	// Logs streams a revision's logs for the revisions/{name}/log
 	// subresource (as pods/{name}/log on Kubernetes); nil: not served.
 	Logs func(ctx context.Context, w io.Writer, namespace, revision string, opts LogOptions) error
+	// BuildLogs streams a Build's steps' output for the builds/{name}/log
+	// subresource; nil: not served.
+	BuildLogs func(ctx context.Context, w io.Writer, namespace, build string, opts LogOptions) error
+	// BuildSource receives a Build's source archive, PUT to the
+	// builds/{name}/source subresource; build is the stored Build. It
+	// returns API status errors (a Conflict when the Build takes no upload
+	// now); nil: not served.
+	BuildSource func(ctx context.Context, build runtime.Object, body io.Reader) error
+	// MaxBuildSourceBytes bounds that upload's body (413 past it) in place
+	// of MaxRequestBodyBytes; 0 means DefaultMaxBuildSourceBytes.
+	MaxBuildSourceBytes int64
 	// PodLogs streams one container's output of a Pod (an instance) for
 	// the pods/{name}/log subresource; nil: not served. It returns
 	// ErrNoPreviousContainer when opts.Previous finds no ended run.
@@ -80,6 +93,11 @@ type Options struct {
 	// ServiceAccountTokens signs and verifies ServiceAccount tokens; nil: a
 	// key made for this process (its tokens do not outlive it).
 	ServiceAccountTokens *serviceaccount.Signer
+	// RootCA, when set, is the CA bundle (PEM) clients inside instances
+	// trust the API with: it is published as the ConfigMap
+	// kube-root-ca.crt (key ca.crt) in every namespace, as
+	// kube-controller-manager's root-ca-cert-publisher does.
+	RootCA []byte
 	// MaxTokenExpiration caps the lifetime of issued tokens; 0 means
 	// serviceaccount.DefaultMaxTokenExpiration.
 	MaxTokenExpiration time.Duration
@@ -142,6 +160,9 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Store == nil || opts.Kinds == nil || opts.Admitter == nil {
 		return nil, fmt.Errorf("apiserver: Store, Kinds and Admitter are required")
+	}
+	if opts.MaxBuildSourceBytes <= 0 {
+		opts.MaxBuildSourceBytes = DefaultMaxBuildSourceBytes
 	}
 	if opts.MaxRequestBodyBytes == 0 {
 		opts.MaxRequestBodyBytes = DefaultMaxBodyBytes
@@ -258,7 +279,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBodyBytes)
+		limit := s.opts.MaxRequestBodyBytes
+		if isBuildSource(p) {
+			limit = s.opts.MaxBuildSourceBytes
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
 
 	switch {
@@ -382,7 +407,17 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 			}
 			return
 		case req.subresource == "log" && req.kind.Kind == "Revision" && req.kind.Group == "serving.knative.dev" && s.opts.Logs != nil && r.Method == http.MethodGet:
-			if err := s.handleLog(w, r, req); err != nil {
+			if err := s.handleLog(w, r, req, s.opts.Logs); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "source" && req.kind.Kind == "Build" && req.kind.Group == "build.knative.dev" && s.opts.BuildSource != nil && r.Method == http.MethodPut:
+			if err := s.handleBuildSource(w, r, req); err != nil {
+				writeError(w, err)
+			}
+			return
+		case req.subresource == "log" && req.kind.Kind == "Build" && req.kind.Group == "build.knative.dev" && s.opts.BuildLogs != nil && r.Method == http.MethodGet:
+			if err := s.handleLog(w, r, req, s.opts.BuildLogs); err != nil {
 				writeError(w, err)
 			}
 			return
@@ -462,7 +497,8 @@ func writeWarnings(w http.ResponseWriter, warns []string) {
 
 // handleLog streams a revision's logs as text, following them with
 // ?follow=true, from ?sinceSeconds=N or ?sinceTime=RFC3339 on.
-func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request) error {
+func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request,
+	logs func(ctx context.Context, w io.Writer, namespace, name string, opts LogOptions) error) error {
 	if _, _, err := s.getStored(req.kind, req.namespace, req.name); err != nil {
 		return err
 	}
@@ -491,9 +527,48 @@ func (s *Server) handleLog(w http.ResponseWriter, r *http.Request, req request) 
 		fw.f = f
 		f.Flush()
 	}
-	if err := s.opts.Logs(r.Context(), fw, req.namespace, req.name, opts); err != nil && r.Context().Err() == nil {
-		s.log.Warn("streaming logs", "namespace", req.namespace, "revision", req.name, "err", err)
+	if err := logs(r.Context(), fw, req.namespace, req.name, opts); err != nil && r.Context().Err() == nil {
+		s.log.Warn("streaming logs", "namespace", req.namespace, "kind", req.kind.Kind, "name", req.name, "err", err)
 	}
+	return nil
+}
+
+// DefaultMaxBuildSourceBytes bounds a Build's source upload when
+// Options.MaxBuildSourceBytes does not.
+const DefaultMaxBuildSourceBytes = 256 << 20
+
+// isBuildSource tells whether a path is a Build's source subresource,
+// whose body has a bound of its own.
+func isBuildSource(p string) bool {
+	return strings.HasPrefix(p, "/apis/build.knative.dev/") && strings.HasSuffix(p, "/source")
+}
+
+// handleBuildSource takes a Build's source archive (builds/NAME/source).
+func (s *Server) handleBuildSource(w http.ResponseWriter, r *http.Request, req request) error {
+	obj, _, err := s.getStored(req.kind, req.namespace, req.name)
+	if err != nil {
+		return err
+	}
+	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the source archive is larger than %d bytes (builds.maxUploadBytes)", s.opts.MaxBuildSourceBytes))
+	if r.ContentLength > s.opts.MaxBuildSourceBytes {
+		return tooLarge
+	}
+	if err := s.opts.BuildSource(r.Context(), obj, r.Body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge
+		}
+		if _, ok := err.(apierrors.APIStatus); !ok {
+			s.log.Warn("storing a build's source", "namespace", req.namespace, "build", req.name, "err", err)
+			return apierrors.NewInternalError(errors.New("the source archive could not be stored"))
+		}
+		return err
+	}
+	writeObject(w, http.StatusOK, output{}, &metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusSuccess,
+		Message:  fmt.Sprintf("the source of Build %q is uploaded", req.name),
+	})
 	return nil
 }
 

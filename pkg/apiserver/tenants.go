@@ -4,6 +4,8 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
@@ -71,6 +73,22 @@ func (o storeObjects) Namespace(_ context.Context, name string) (*corev1.Namespa
 	}
 	return obj.(*corev1.Namespace), nil
 }
+
+// RuntimeClass implements quota.RuntimeClasses: the ledger counts each
+// instance's RuntimeClass overhead.
+func (o storeObjects) RuntimeClass(_ context.Context, name string) (*nodev1.RuntimeClass, error) {
+	k := o.s.kinds.Lookup(nodev1.GroupName, "runtimeclasses")
+	if k == nil {
+		return nil, apierrors.NewNotFound(nodev1.Resource("runtimeclasses"), name)
+	}
+	obj, _, err := o.s.getStored(k, "", name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodev1.RuntimeClass), nil
+}
+
+var _ quota.RuntimeClasses = storeObjects{}
 
 // wireTenants gives admission its store-backed reads and makes the quota
 // Ledger that admission and the runtime share.

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
 	"github.com/knbox/knbox/pkg/store"
@@ -156,5 +158,38 @@ func TestQuotaAndLimitRangeBadInput(t *testing.T) {
 		if code != tt.code || !strings.Contains(string(body), tt.want) {
 			t.Errorf("POST %s %s: %d %s\nwant %d with %q", tt.path, tt.body, code, body, tt.code, tt.want)
 		}
+	}
+}
+
+// TestQuotaCountsRuntimeClassOverhead: admission counts a RuntimeClass's
+// overhead.podFixed in an instance's quota usage (PodOverhead), and the
+// refusal names the total.
+func TestQuotaCountsRuntimeClassOverhead(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, rc := range []*nodev1.RuntimeClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "runsc", Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{"cpu": resource.MustParse("300m")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Handler: "runc"},
+	} {
+		if _, err := e.kube.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"limits.cpu": resource.MustParse("1")}}}
+	if _, err := e.kube.CoreV1().ResourceQuotas("default").Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := func(name, class string) *servingv1.Service {
+		s := ksvc(name, "img")
+		s.Spec.Template.Spec.RuntimeClassName = &class
+		s.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"cpu": resource.MustParse("800m")}
+		return s
+	}
+	if _, err := e.serving.ServingV1().Services("default").Create(ctx, svc("plain", "plain"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("800m without overhead under 1: %v", err)
+	}
+	_, err := e.serving.ServingV1().Services("default").Create(ctx, svc("sandboxed", "sandboxed"), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: q, requested: limits.cpu=1100m") {
+		t.Fatalf("800m plus 300m overhead under 1: %v", err)
 	}
 }

@@ -416,3 +416,36 @@ func withLabel(r *rbacv1.Role) *rbacv1.Role {
 	c.Labels = map[string]string{"x": "y"}
 	return c
 }
+
+// TestBuildRoles: edit covers Builds and their source upload and logs;
+// view reads them and their logs only.
+func TestBuildRoles(t *testing.T) {
+	src := defaults(t)
+	src.rbs = append(src.rbs,
+		roleBinding("team-a", "alice-edit", "ClusterRole", "edit", userSubject("alice")),
+		roleBinding("team-a", "bob-view", "ClusterRole", "view", userSubject("bob")))
+	a := New(src)
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}}
+	bob := &user.DefaultInfo{Name: "bob", Groups: []string{user.AllAuthenticated}}
+	const g = "build.knative.dev"
+	for _, c := range []struct {
+		attrs authorizer.AttributesRecord
+		want  bool
+	}{
+		{res(alice, "create", g, "builds", "", "team-a", "b"), true},
+		{res(alice, "delete", g, "builds", "", "team-a", "b"), true},
+		{res(alice, "update", g, "builds", "source", "team-a", "b"), true},
+		{res(alice, "get", g, "builds", "log", "team-a", "b"), true},
+		{res(alice, "create", g, "builds", "", "team-b", "b"), false},
+		{res(bob, "get", g, "builds", "", "team-a", "b"), true},
+		{res(bob, "list", g, "builds", "", "team-a", ""), true},
+		{res(bob, "get", g, "builds", "log", "team-a", "b"), true},
+		{res(bob, "create", g, "builds", "", "team-a", "b"), false},
+		{res(bob, "update", g, "builds", "source", "team-a", "b"), false},
+	} {
+		d, _, err := a.Authorize(context.Background(), c.attrs)
+		if err != nil || (d == authorizer.DecisionAllow) != c.want {
+			t.Errorf("%s %s %s/%s: %v %v, want allowed %v", c.attrs.User.GetName(), c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, d, err, c.want)
+		}
+	}
+}

@@ -28,6 +28,14 @@ const (
 	InternalBinding = "system:knbox"
 )
 
+// The embedded registry's authorization vocabulary: pulling a repository
+// <namespace>/<name> is "get", pushing "create", deleting "delete" on
+// RegistryResource of RegistryGroup in the namespace, named <name>.
+const (
+	RegistryGroup    = "registry.knbox.dev"
+	RegistryResource = "repositories"
+)
+
 var (
 	read  = []string{"get", "list", "watch"}
 	write = []string{"create", "delete", "deletecollection", "patch", "update"}
@@ -71,6 +79,9 @@ func ClusterRoles() []rbacv1.ClusterRole {
 	knativeLabels := func(agg string) map[string]string {
 		return map[string]string{agg: "true", "app.kubernetes.io/name": "knative-serving"}
 	}
+	buildLabels := func(agg string) map[string]string {
+		return map[string]string{agg: "true", "app.kubernetes.io/name": "knative-build"}
+	}
 	return []rbacv1.ClusterRole{
 		defaultRole("cluster-admin", nil, "",
 			rule([]string{"*"}, "*", "*"),
@@ -112,6 +123,20 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rbacv1.PolicyRule{Verbs: read, APIGroups: knativeInternal, Resources: []string{"*"}}),
 		defaultRole("knative-serving-namespaced-view", knativeLabels(aggregateToView), "",
 			rbacv1.PolicyRule{Verbs: read, APIGroups: append([]string{"serving.knative.dev"}, knativeInternal...), Resources: []string{"*"}}),
+		// Builds (build.knative.dev), as the seed era's knative/build
+		// aggregated them into admin, edit and view.
+		defaultRole("knative-build-namespaced-admin", buildLabels(aggregateToAdmin), "",
+			rule([]string{"*"}, "build.knative.dev", "*")),
+		defaultRole("knative-build-namespaced-edit", buildLabels(aggregateToEdit), "",
+			rule([]string{"create", "update", "patch", "delete"}, "build.knative.dev", "*")),
+		defaultRole("knative-build-namespaced-view", buildLabels(aggregateToView), "",
+			rule(read, "build.knative.dev", "*")),
+		// knbox's embedded registry (pkg/registry): edit (and so admin)
+		// push and pull the repositories of their namespace, view pulls.
+		defaultRole("knbox-registry-edit", map[string]string{aggregateToEdit: "true"}, "",
+			rule([]string{"get", "list", "create", "update", "delete"}, RegistryGroup, RegistryResource)),
+		defaultRole("knbox-registry-view", map[string]string{aggregateToView: "true"}, "",
+			rule(read, RegistryGroup, RegistryResource)),
 	}
 }
 

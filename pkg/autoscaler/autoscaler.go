@@ -70,6 +70,10 @@ type revisionState struct {
 	reachable bool
 	decided   bool // last holds a decision
 	last      Decision
+	// waiting is the number of waiting requests the last poke (PokeN)
+	// said, at waitingAt; stale after pokeFresh.
+	waiting   int
+	waitingAt time.Time
 }
 
 // New returns an Autoscaler with no revisions.
@@ -105,17 +109,44 @@ func (a *Autoscaler) Record(rev string, at time.Time, concurrency, requests floa
 }
 
 // Poke tells the Autoscaler that a request for rev arrived while rev had no
-// ready instance. The request counts at once (see [Collector.Poke]) and, if
-// rev is scaled to zero or inactive, rev is decided right away instead of at
-// the next tick, so the scale from zero starts now and the revision is
-// active again.
-func (a *Autoscaler) Poke(rev string) {
-	a.collector.Poke(rev, a.clk.Now())
+// ready instance: PokeN with one request waiting.
+func (a *Autoscaler) Poke(rev string) { a.PokeN(rev, 1) }
+
+// pokeFresh is how long the waiting count of a poke is taken into
+// decisions: the router pokes again every second while requests wait.
+const pokeFresh = 2 * time.Second
+
+// PokeN tells the Autoscaler that waiting requests for rev wait while rev
+// has no ready instance (the router's queue of rev; less than one counts
+// as one). They count at once (see [Collector.PokeN]), and for the next
+// pokeFresh as the least panic-window concurrency (see [Input.Waiting]):
+// a burst of n requests at zero is scaled for n in one decision, not
+// diluted over the panic window. If rev is scaled to zero or inactive, or
+// more requests wait than the last poke said, rev is decided right away
+// instead of at the next tick, so the scale from zero starts now.
+func (a *Autoscaler) PokeN(rev string, waiting int) {
+	waiting = max(waiting, 1)
+	now := a.clk.Now()
+	a.collector.PokeN(rev, now, waiting)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r := a.revs[rev]; r != nil && (r.last.Desired == 0 || !r.last.Active) {
+	r := a.revs[rev]
+	if r == nil {
+		return
+	}
+	more := waiting > r.waitingLocked(now)
+	r.waiting, r.waitingAt = waiting, now // the router's latest count
+	if r.last.Desired == 0 || !r.last.Active || more {
 		a.decideLocked(rev, r)
 	}
+}
+
+// waitingLocked is the waiting count of the last poke while it is fresh.
+func (r *revisionState) waitingLocked(now time.Time) int {
+	if r.waiting == 0 || now.Sub(r.waitingAt) >= pokeFresh {
+		return 0
+	}
+	return r.waiting
 }
 
 // Upsert adds revision rev with spec, or updates it. reachable says whether a
@@ -199,7 +230,8 @@ func (a *Autoscaler) decideLocked(rev string, r *revisionState) {
 	if a.ready != nil {
 		ready = a.ready(rev)
 	}
-	d := r.decider.Decide(Input{Stable: stable, Panic: panicW, Ready: ready, Unreachable: !r.reachable})
+	d := r.decider.Decide(Input{Stable: stable, Panic: panicW, Ready: ready, Unreachable: !r.reachable,
+		Waiting: float64(r.waitingLocked(a.clk.Now()))})
 	first, prev := !r.decided, r.last
 	r.decided, r.last = true, d
 

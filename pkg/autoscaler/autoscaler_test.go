@@ -181,6 +181,61 @@ func TestAutoscalerPokeFromZero(t *testing.T) {
 	}
 }
 
+// A burst of 10 requests at zero with containerConcurrency 1 (target 1 per
+// instance) is scaled for 10 in one decision, whether the router pokes with
+// the whole queue or first with one request and then with more; a recent
+// idle history does not dilute it.
+func TestAutoscalerPokeBurst(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		pokes []int
+		want  []string
+	}{
+		{"whole queue", []int{10}, []string{"scale 10", "active true "}},
+		{"growing queue", []int{1, 4, 10, 10, 3}, []string{"scale 1", "active true ", "scale 4", "scale 10"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := testingclock.NewFakeClock(t0)
+			rec := &recorder{ready: map[string]int32{}}
+			a := New(rec.options(clk, t))
+			const rev = "ns/burst"
+			cfg := mustConfig(t, map[string]string{"allow-zero-initial-scale": "true",
+				"stable-window": "10s", "panic-window-percentage": "60", "scale-to-zero-grace-period": "6s"})
+			a.Upsert(rev, mustSpec(t, cfg, map[string]string{as + "initial-scale": "0", as + "target-utilization-percentage": "100"}, 1), true)
+			// One request, then back to zero: the history is not empty, so
+			// the panic window (6s) would average the burst over idle seconds.
+			drive(clk, a, rev, 1, 1, 1)
+			drive(clk, a, rev, 30, 0, 0)
+			if got := rec.take(); !slices.Contains(got, rev+" scale 0") {
+				t.Fatalf("not back at zero: %q", got)
+			}
+			for _, n := range tc.pokes {
+				a.PokeN(rev, n)
+			}
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, rev+" "+w)
+			}
+			if got := rec.take(); !slices.Equal(got, want) {
+				t.Fatalf("on pokes %v: %q, want %q", tc.pokes, got, want)
+			}
+			// Ticks while the instances start (the router reports the 10
+			// in flight): held at 10, in panic.
+			for range 5 {
+				at := clk.Now()
+				clk.Step(time.Second)
+				a.Record(rev, at, 10, 0)
+				a.Tick()
+			}
+			if st, _ := a.Status(rev); st.Desired != 10 || !st.Panic {
+				t.Errorf("after the burst: %+v", st)
+			}
+		})
+	}
+}
+
 // Upsert of a known revision updates its Spec and reachability; a revision
 // found already running after a restart is held.
 func TestAutoscalerUpsert(t *testing.T) {

@@ -68,7 +68,7 @@ type bucket struct {
 	sec         int64
 	concurrency float64
 	requests    float64
-	poked       bool // a request arrived for a revision without instances
+	poked       float64 // the most requests that waited for a revision without instances in this second
 }
 
 // NewCollector returns an empty Collector that reads the time from clk.
@@ -98,14 +98,21 @@ func (c *Collector) Record(rev string, at time.Time, concurrency, requests float
 }
 
 // Poke records that a request for rev arrived at at while rev had no ready
-// instance. Until the router's own sample for that second says more, the
-// second counts as one request in flight and one arrival: enough for any
-// window average to be non-zero, so a decision taken right away scales from
-// zero. It never double counts: a poked second is max(sample, 1), not sum.
-func (c *Collector) Poke(rev string, at time.Time) {
+// instance: PokeN with one request waiting.
+func (c *Collector) Poke(rev string, at time.Time) { c.PokeN(rev, at, 1) }
+
+// PokeN records that waiting requests for rev waited at at while rev had no
+// ready instance (less than one counts as one). Until the router's own
+// sample for that second says more, the second counts as that many
+// requests in flight and arrivals: enough for any window average to be
+// non-zero, so a decision taken right away scales from zero. It never
+// double counts: a poked second is max(sample, the most waiting poked in
+// it), not a sum.
+func (c *Collector) PokeN(rev string, at time.Time, waiting int) {
+	w := float64(max(waiting, 1))
 	c.mu.Lock()
 	if b := c.bucketLocked(rev, at.Unix()); b != nil {
-		b.poked = true
+		b.poked = max(b.poked, w)
 	}
 	c.mu.Unlock()
 }
@@ -174,9 +181,7 @@ func (s *series) average(end, w int64) WindowStats {
 			continue
 		}
 		cc, rq := b.concurrency, b.requests
-		if b.poked {
-			cc, rq = max(cc, 1), max(rq, 1)
-		}
+		cc, rq = max(cc, b.poked), max(rq, b.poked)
 		conc += cc
 		reqs += rq
 	}

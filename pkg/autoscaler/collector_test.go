@@ -134,6 +134,24 @@ func TestCollectorPoke(t *testing.T) {
 	}
 }
 
+// PokeN counts the most requests waiting in a second, never a sum of pokes.
+func TestCollectorPokeN(t *testing.T) {
+	t.Parallel()
+	clk := testingclock.NewFakePassiveClock(t0)
+	c := NewCollector(clk)
+	c.PokeN("r", clk.Now(), 3)
+	c.PokeN("r", clk.Now(), 7)
+	c.PokeN("r", clk.Now(), 2)
+	c.PokeN("r", clk.Now(), -5) // counts as one
+	if s, _ := c.Windows("r", stableW, panicW); s.Concurrency != 7 || s.RPS != 7 {
+		t.Errorf("poked 3, 7, 2, -5: %+v", s)
+	}
+	c.Record("r", clk.Now(), 9, 9)
+	if s, _ := c.Windows("r", stableW, panicW); s.Concurrency != 9 || s.RPS != 9 {
+		t.Errorf("poked 7 and recorded 9: %+v", s)
+	}
+}
+
 func TestCollectorWindowsGrowAndForget(t *testing.T) {
 	t.Parallel()
 	clk := testingclock.NewFakePassiveClock(t0)

@@ -51,6 +51,14 @@ type Input struct {
 	// is skipped. The zero value is reachable, as Knative treats a revision
 	// whose reachability is not yet known.
 	Unreachable bool
+	// Waiting is the number of requests that wait right now for a revision
+	// with no ready instance (the router's queue when it poked, see
+	// [Autoscaler.PokeN]). They are in flight at this instant, so the panic
+	// window's observation (concurrency, or requests per second: they
+	// arrived within the last second) is at least Waiting: a burst at zero
+	// is counted whole at once, as panic mode is meant for, instead of
+	// averaged over a panic window of earlier idle seconds.
+	Waiting float64
 }
 
 // Decision is the outcome of one decision.
@@ -169,7 +177,7 @@ func (d *Decider) Decide(in Input) Decision {
 	if s.Metric == MetricRPS {
 		stable, panicV = in.Stable.RPS, in.Panic.RPS
 	}
-	stable, panicV = nonNegative(stable), nonNegative(panicV)
+	stable, panicV = nonNegative(stable), max(nonNegative(panicV), nonNegative(in.Waiting))
 
 	// 1. Recommendations within the rate limits.
 	readyF := math.Max(1, float64(ready))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 
+	_ "github.com/knbox/knbox/pkg/cli/catalog" // before kubectl's command packages initialise
 	"github.com/knbox/knbox/pkg/version"
 )
 
@@ -33,6 +34,7 @@ func Commands() []*cobra.Command {
 	s := newSession()
 	cmds := []*cobra.Command{
 		applyCommand(s),
+		deployCommand(s),
 		getCommand(s),
 		describeCommand(s),
 		waitCommand(s),

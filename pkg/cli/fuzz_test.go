@@ -194,3 +194,36 @@ func FuzzKubeconfig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDeployFlags: the parsers of deploy's --env, --traffic and --tag
+// never panic, and what they accept is within bounds.
+func FuzzDeployFlags(f *testing.F) {
+	for _, s := range []string{"A=1", "A-", "@latest=100", "web-00001=90", "@latest=candidate", "=", "-", "x=%", "a=b=c"} {
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if set, _, err := parseEnv([]string{a, b}); err == nil {
+			for k := range set {
+				if k == "" {
+					t.Fatalf("empty env name from %q %q", a, b)
+				}
+			}
+		}
+		if tt, err := parseTraffic([]string{a, b}); err == nil {
+			var sum int64
+			for _, x := range tt {
+				sum += *x.Percent
+			}
+			if sum != 100 {
+				t.Fatalf("traffic %q %q sums to %d", a, b, sum)
+			}
+		}
+		if tags, err := parseTags([]string{a, b}); err == nil {
+			for rev, tag := range tags {
+				if rev == "" || tag == "" {
+					t.Fatalf("tags %q %q: %v", a, b, tags)
+				}
+			}
+		}
+	})
+}

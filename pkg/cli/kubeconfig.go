@@ -84,8 +84,13 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) ([]byte, time.Time, er
 
 // writePrivate writes a credential file readable by its owner only: a new
 // file made with mode 0600 and renamed over path, so an existing file with
-// a wider mode never holds the new secret.
+// a wider mode never holds the new secret. A missing directory is made
+// mode 0700, as kubectl makes ~/.kube, so `-o ~/.kube/knbox.yaml` works on
+// a fresh machine.
 func writePrivate(path string, data []byte) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -27,6 +27,7 @@ var (
 // logsOptions select what logs streams.
 type logsOptions struct {
 	revision string        // "" = the service's latest ready (else latest created) revision
+	build    string        // a Build's steps instead of a service's revision
 	follow   bool          // keep streaming new lines
 	since    time.Duration // only lines newer than this (0: all)
 }
@@ -34,19 +35,28 @@ type logsOptions struct {
 func logsCommand(s *session) *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:          "logs SERVICE [--revision R] [-f] [--since DURATION]",
-		Short:        "Show the logs of a service's revision (stdout, stderr and syslog of its instances)",
-		Example:      "  knbox logs hello -f\n  knbox logs hello --revision hello-00002 --since 10m",
-		Args:         cobra.ExactArgs(1),
+		Use:          "logs (SERVICE [--revision R] | --build B) [-f] [--since DURATION]",
+		Short:        "Show the logs of a service's revision (stdout, stderr and syslog of its instances) or of a build's steps",
+		Example:      "  knbox logs hello -f\n  knbox logs hello --revision hello-00002 --since 10m\n  knbox logs --build hello-00003",
+		Args:         cobra.MaximumNArgs(1),
 		SilenceUsage: true,
 	}
 	s.addFlags(cmd, true)
 	cmd.Flags().StringVar(&o.revision, "revision", "", "revision to show (default: the latest ready one)")
+	cmd.Flags().StringVar(&o.build, "build", "", "show the output of this Build's steps (build.knative.dev) instead")
 	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep streaming new lines")
 	cmd.Flags().DurationVar(&o.since, "since", 0, "only lines newer than this, e.g. 10m")
 	cmd.RunE = s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
 		ctx, cancel := interruptible(cmd.Context())
 		defer cancel()
+		switch {
+		case o.build != "" && (len(args) > 0 || o.revision != ""):
+			return errors.New("--build shows a Build's logs: name no service or revision with it")
+		case o.build != "":
+			return s.buildLogs(ctx, streams.Out, o)
+		case len(args) == 0:
+			return errors.New("name a service (or a Build with --build)")
+		}
 		return s.logs(ctx, streams.Out, args[0], o)
 	})
 	return cmd
@@ -94,9 +104,48 @@ func (s *session) logs(ctx context.Context, w io.Writer, service string, o logsO
 	if o.since > 0 {
 		req = req.Param("sinceSeconds", strconv.FormatInt(int64(o.since.Seconds()), 10))
 	}
+	return stream(ctx, w, req, "revision "+rev)
+}
+
+// buildLogs streams the output of a Build's steps from the builds/NAME/log
+// subresource.
+func (s *session) buildLogs(ctx context.Context, w io.Writer, o logsOptions) error {
+	ns, _, err := s.conn.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	rc, err := s.conn.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(rc)
+	cfg.GroupVersion = &buildGV
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	if o.follow {
+		cfg.Timeout = 0
+	}
+	client, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	req := client.Get().Namespace(ns).Resource("builds").Name(o.build).SubResource("log")
+	if o.follow {
+		req = req.Param("follow", "true")
+	}
+	if o.since > 0 {
+		req = req.Param("sinceSeconds", strconv.FormatInt(int64(o.since.Seconds()), 10))
+	}
+	return stream(ctx, w, req, "build "+o.build)
+}
+
+var buildGV = schema.GroupVersion{Group: "build.knative.dev", Version: "v1alpha1"}
+
+// stream copies a log subresource's body to w until it ends or ctx does.
+func stream(ctx context.Context, w io.Writer, req *rest.Request, what string) error {
 	body, err := req.Stream(ctx)
 	if err != nil {
-		return fmt.Errorf("logs of revision %s: %w", rev, err)
+		return fmt.Errorf("logs of %s: %w", what, err)
 	}
 	defer body.Close()
 	_, err = io.Copy(w, body)

@@ -130,6 +130,10 @@ type Config struct {
 	// name.namespace.svc.<ClusterDomain> and instances' search path ends
 	// with it. Default DefaultClusterDomain. Read at start.
 	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// Builds configures build.knative.dev Builds (builds.go).
+	Builds Builds `json:"builds,omitempty"`
+	// Registry configures the embedded OCI registry (registry.go).
+	Registry Registry `json:"registry,omitempty"`
 }
 
 // DefaultClusterDomain is Kubernetes' and Knative's cluster domain.
@@ -190,6 +194,8 @@ func parse(b []byte) (*Config, error) {
 		Restart:             f.Restart,
 		Observability:       f.Observability,
 		ClusterDomain:       f.ClusterDomain,
+		Builds:              f.Builds,
+		Registry:            f.Registry,
 	}
 	if f.ConfigMaps != nil {
 		c.ConfigMaps = make(map[string]map[string]string, len(f.ConfigMaps))
@@ -240,6 +246,8 @@ type fileConfig struct {
 	Restart             Restart                               `json:"restart"`
 	Observability       Observability                         `json:"observability"`
 	ClusterDomain       string                                `json:"clusterDomain"`
+	Builds              Builds                                `json:"builds"`
+	Registry            Registry                              `json:"registry"`
 }
 
 // scalarText returns a ConfigMap value: a string, or a number or boolean
@@ -274,6 +282,7 @@ func cleanYAMLError(err error) error {
 
 func (c *Config) applyDefaults() {
 	c.Observability.applyDefaults()
+	c.Builds.applyDefaults()
 	if c.APIAddr == "" {
 		c.APIAddr = DefaultAPIAddr
 	}
@@ -295,6 +304,7 @@ func (c *Config) applyDefaults() {
 	c.applyRuntimeDefaults()
 	c.Egress.applyDefaults()
 	c.Limits.applyDefaults()
+	c.Registry.applyDefaults()
 }
 
 // parsers validate each known ConfigMap with Knative's parser.
@@ -405,6 +415,12 @@ func (c *Config) Validate() error {
 	if err := c.Observability.validate(); err != nil {
 		return err
 	}
+	if err := c.Builds.validate(); err != nil {
+		return err
+	}
+	if err := c.Registry.validate(); err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.ConfigMaps)) {
 		if _, ok := parsers[name]; !ok {
 			return fmt.Errorf("configMaps: unknown ConfigMap %q (knbox reads %s)", name, strings.Join(ConfigMapNames(), ", "))
@@ -502,8 +518,11 @@ func (c *Config) features() (*servingcfg.Features, error) {
 			return nil, fmt.Errorf("%s: %s: invalid value %q: want enabled, allowed or disabled", FeaturesName, k, v)
 		}
 	}
-	data := make(map[string]string, len(user)+1)
+	data := make(map[string]string, len(user)+2)
 	data[RuntimeClassNameFeature] = "enabled"
+	if c.Policy.appliesSecureDefaults() {
+		data[SecurePodDefaultsFeature] = "enabled"
+	}
 	for k, v := range user {
 		data[k] = v
 	}

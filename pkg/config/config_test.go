@@ -67,11 +67,17 @@ func TestDefaults(t *testing.T) {
 			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
 			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 			InstanceDNS:      DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
+			InstanceAPI:      InstanceAPILimits{MaxConnections: 32},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
 		ClusterDomain: "cluster.local",
+		Builds: Builds{DefaultTimeout: DefaultBuildTimeout, MaxTimeout: DefaultMaxBuildTimeout, MaxUploadBytes: DefaultMaxBuildUploadBytes,
+			MaxSourceBytes: DefaultMaxBuildSourceBytes, MaxSourceFiles: DefaultMaxBuildSourceFiles},
+		Registry: Registry{Addr: DefaultRegistryAddr, Names: []string{DefaultRegistryName}, MaxBlobBytes: DefaultRegistryMaxBlobBytes,
+			MaxManifestBytes: DefaultRegistryMaxManifest, MaxUploads: DefaultRegistryMaxUploads,
+			UploadTTL: Duration(DefaultRegistryUploadTTL), BlobGrace: Duration(DefaultRegistryBlobGrace)},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
@@ -619,6 +625,11 @@ func FuzzLoad(f *testing.F) {
 			"observability.console.sessionTTL":     int64(c.Observability.Console.SessionTTL),
 			"observability.console.sampleInterval": int64(c.Observability.Console.SampleInterval),
 			"observability.console.samples":        int64(c.Observability.Console.Samples),
+			"builds.defaultTimeout":                int64(c.Builds.DefaultTimeout),
+			"builds.maxTimeout":                    int64(c.Builds.MaxTimeout),
+			"builds.maxUploadBytes":                c.Builds.MaxUploadBytes,
+			"builds.maxSourceBytes":                c.Builds.MaxSourceBytes,
+			"builds.maxSourceFiles":                c.Builds.MaxSourceFiles,
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)
@@ -658,5 +669,27 @@ func TestEveryFieldLoads(t *testing.T) {
 	c := mustParse(t, "restart:\n  keepInstances: false\n  handoverTimeout: 3s\n")
 	if c.KeepsInstances() {
 		t.Error("restart.keepInstances: false was not applied")
+	}
+}
+
+// TestBuilds: the builds' bounds and registries are checked with the key's
+// name.
+func TestBuilds(t *testing.T) {
+	c := mustParse(t, "builds:\n  defaultTimeout: 1m\n  maxTimeout: 1h\n  registries: [\"127.0.0.1:5000\", \"localhost:6000\", \"[::1]:7000\"]\n")
+	if c.Builds.DefaultTimeout != Duration(time.Minute) || c.Builds.MaxTimeout != Duration(time.Hour) || len(c.Builds.Registries) != 3 {
+		t.Errorf("builds %+v", c.Builds)
+	}
+	for _, bad := range []string{
+		"builds:\n  defaultTimeout: 1h\n  maxTimeout: 1m\n",
+		"builds:\n  defaultTimeout: 1ms\n",
+		"builds:\n  registries: [\"10.0.0.1:5000\"]\n",
+		"builds:\n  registries: [\"127.0.0.1\"]\n",
+		"builds:\n  registries: [\"localhost.evil.com:5000\"]\n",
+		"builds:\n  registries: [\"127.0.0.1:0\"]\n",
+		"builds:\n  maxUploadBytes: -1\n",
+	} {
+		if _, err := parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "builds.") {
+			t.Errorf("%q: %v, want an error naming builds.*", bad, err)
+		}
 	}
 }

@@ -29,6 +29,17 @@ type Limits struct {
 	EphemeralStorage EphemeralStorageLimits `json:"ephemeralStorage,omitempty"`
 	// InstanceDNS bounds the name server knbox serves inside instances.
 	InstanceDNS DNSLimits `json:"instanceDNS,omitempty"`
+	// InstanceAPI bounds the API endpoint knbox serves inside instances
+	// (kubernetes.default.svc).
+	InstanceAPI InstanceAPILimits `json:"instanceAPI,omitempty"`
+}
+
+// InstanceAPILimits bound what one instance may hold of the API endpoint
+// served inside it; its requests are then bounded as every API client's.
+type InstanceAPILimits struct {
+	// MaxConnections is the most connections one instance holds to the
+	// API at once; one more is closed at once.
+	MaxConnections int `json:"maxConnections,omitempty"`
 }
 
 // DNSLimits bound the name server of instances (package dns) in what it
@@ -211,8 +222,11 @@ const (
 	// level.
 	MaxEphemeralStorageMaxDepth = 4096
 
-	DefaultDNSMaxForwarding  = 256
-	DefaultDNSForwardTimeout = 2 * time.Second
+	DefaultDNSMaxForwarding = 256
+	// DefaultInstanceAPIMaxConnections: a client-go client holds one or
+	// two; informers and watches a few more.
+	DefaultInstanceAPIMaxConnections = 32
+	DefaultDNSForwardTimeout         = 2 * time.Second
 )
 
 func (l *Limits) applyDefaults() {
@@ -251,6 +265,7 @@ func (l *Limits) applyDefaults() {
 	defDuration(&l.Events.TTL, DefaultEventTTL)
 	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
 	defInt(&l.InstanceDNS.MaxForwarding, DefaultDNSMaxForwarding)
+	defInt(&l.InstanceAPI.MaxConnections, DefaultInstanceAPIMaxConnections)
 	defDuration(&l.InstanceDNS.ForwardTimeout, DefaultDNSForwardTimeout)
 	e := &l.EphemeralStorage
 	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
@@ -333,6 +348,7 @@ func (l *Limits) validate() error {
 	pos("events.maxPerNamespace", int64(l.Events.MaxPerNamespace))
 	pos("instanceDNS.maxForwarding", int64(l.InstanceDNS.MaxForwarding))
 	posDur("instanceDNS.forwardTimeout", l.InstanceDNS.ForwardTimeout)
+	pos("instanceAPI.maxConnections", int64(l.InstanceAPI.MaxConnections))
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}

@@ -93,6 +93,35 @@ var capabilityName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
 // Unconfined reports whether the operator turned seccomp off.
 func (p Policy) Unconfined() bool { return p.SeccompProfile == SeccompUnconfined }
 
+// SecurePodDefaultsFeature is the config-features key of Knative's
+// secure-pod-defaults.
+const SecurePodDefaultsFeature = "secure-pod-defaults"
+
+// appliesSecureDefaults tells whether every container already gets what
+// Knative's secure-pod-defaults writes into a Revision (allowPrivilegeEscalation
+// false, which knbox always applies; the RuntimeDefault seccomp profile; no
+// capability beyond NET_BIND_SERVICE; runAsNonRoot), so turning the flag on
+// changes only what the Revision says, not what runs. knbox then turns it on
+// unless config-features sets it. Without refuseRoot it stays off: the flag
+// would default runAsNonRoot to true and fail images whose USER is root,
+// which knbox runs by default as Knative does (admission drops the
+// "insecure default" warnings that knbox makes untrue; see package
+// admission).
+func (p Policy) appliesSecureDefaults() bool {
+	if !p.RefuseRoot || p.Unconfined() {
+		return false
+	}
+	if p.DefaultCapabilities == nil {
+		return true
+	}
+	for _, c := range p.DefaultCapabilities {
+		if !strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), "NET_BIND_SERVICE") {
+			return false
+		}
+	}
+	return true
+}
+
 // validate checks the policy section.
 func (p *Policy) validate() error {
 	switch p.SeccompProfile {

@@ -322,7 +322,7 @@ func TestEvents(t *testing.T) {
 		ago                     time.Duration
 	}{
 		{"Service", "hello", "Created", "Normal", 3 * time.Minute},
-		{"Pod", "hello-00001-abcde", "Started", "Warning", time.Minute},
+		{"Pod", "hello-00001-deployment-abcde", "Started", "Warning", time.Minute},
 		{"Service", "other", "Elsewhere", "Normal", time.Second},
 	} {
 		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "ev-", Namespace: "default"},
@@ -337,7 +337,7 @@ func TestEvents(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
-	mustContain(t, body, `id="events"`, "pod/hello-00001-abcde", "Started &lt;i&gt;", "service/hello")
+	mustContain(t, body, `id="events"`, "pod/hello-00001-deployment-abcde", "Started &lt;i&gt;", "service/hello")
 	if strings.Contains(body, "Elsewhere") || strings.Index(body, "Started") > strings.Index(body, "Created") {
 		t.Errorf("events of other objects, or not newest first:\n%s", body)
 	}

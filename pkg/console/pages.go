@@ -380,8 +380,9 @@ func (c *Console) events(ctx context.Context, token, ns string, names map[string
 		o := e.InvolvedObject.Name
 		owner := o
 		if e.InvolvedObject.Kind == "Pod" {
-			// An instance's name is its Revision's and a suffix.
-			if i := strings.LastIndexByte(o, '-'); i > 0 {
+			// An instance's Pod is named after its Revision, as Knative's
+			// pods after their Deployment: <revision>-deployment-<suffix>.
+			if i := strings.LastIndex(o, "-deployment-"); i > 0 {
 				owner = o[:i]
 			}
 		}

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -77,6 +78,10 @@ type Options struct {
 	// Recorder makes the event recorder of a component (Knative's
 	// controller names: "service-controller", ...); nil: no events.
 	Recorder func(component string) record.EventRecorder
+	// Builds reads and creates build.knative.dev Builds: a Revision with
+	// a build (see v1alpha1.RevisionBuild) waits for it. nil: such a
+	// Revision fails.
+	Builds dynamic.Interface
 }
 
 // DefaultDigestResolutionTimeout is Knative's default
@@ -101,6 +106,10 @@ type Controller struct {
 	domain atomic.Pointer[routecfg.Domain]
 	// domainMappings is nil when Options.Claims is.
 	domainMappings v1beta1listers.DomainMappingLister
+
+	// builds caches Builds (nil when Options.Builds is).
+	builds        cache.Store
+	buildInformer cache.SharedIndexInformer
 
 	queues      map[string]workqueue.RateLimitingInterface
 	synced      []cache.InformerSynced
@@ -184,6 +193,9 @@ func New(opts Options) (*Controller, error) {
 			c.enqueueSameDomain(o.GetName())
 		})
 	}
+	if opts.Builds != nil {
+		c.watchBuilds()
+	}
 	opts.Runtime.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	opts.Scaler.Subscribe(func(namespace, name string) { c.enqueue(kindRevision, namespace, name) })
 	return c, nil
@@ -245,6 +257,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.factory.Start(ctx.Done())
 	if c.netFactory != nil {
 		c.netFactory.Start(ctx.Done())
+	}
+	if c.buildInformer != nil {
+		go c.buildInformer.Run(ctx.Done())
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("controller: informers did not sync")

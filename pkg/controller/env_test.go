@@ -213,6 +213,7 @@ func (e *env) startController() {
 		APIURL: "https://api.example", DigestResolutionTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Resync: resync,
 		Recorder: controller.Recorders(events),
+		Builds:   e.dyn,
 	})
 	if err != nil {
 		cancel()

@@ -35,6 +35,20 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 	rev.Status.InitializeConditions()
 	defer func() { rev.Status.ObservedGeneration = rev.Generation }()
 
+	// A Revision with a build waits for it: its image is the promise of
+	// the build (the seed API). Once its digests are resolved the build has
+	// done its part (and may be gone).
+	if !digestsResolved(rev) {
+		ok, err := c.awaitBuild(ctx, rev)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			rev.Status.ObservedGeneration = rev.Generation
+			return c.updateRevisionStatus(ctx, cur, rev)
+		}
+	}
+
 	// Resolve the images to digests once, when the revision is new; every
 	// instance runs those digests even if the tags move later. Like
 	// Knative, one status per container, by name, in the containers' order.

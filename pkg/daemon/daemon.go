@@ -32,6 +32,9 @@ import (
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/http2/h2c"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -44,11 +47,13 @@ import (
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/authz"
 	"github.com/knbox/knbox/pkg/autoscaler"
+	"github.com/knbox/knbox/pkg/build"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/console"
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/listen"
 	"github.com/knbox/knbox/pkg/listener"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/metrics"
@@ -100,6 +105,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if cfg.Observability.MetricsAddr != "" {
 		addrs["metrics"] = cfg.Observability.MetricsAddr
 	}
+	if !cfg.Registry.Disabled {
+		addrs["registry"] = cfg.Registry.Addr
+	}
 	socks, err := listener.Open(ctx, addrs, filepath.Join(cfg.DataDir, handoverSocket), handoverWait+stopTimeout, log)
 	if err != nil {
 		return err
@@ -111,7 +119,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		}
 	}()
 	log.Info("listening sockets", "from", socks.From())
-	creds, err := pki.Ensure(cfg.DataDir, cfg.APIHosts)
+	// The serving certificate also holds the names and the address by
+	// which instances reach the API from inside (instancenet.go).
+	apiHosts := append(pki.InClusterHosts(cfg.ClusterDomain), instanceAddr.String())
+	creds, err := pki.Ensure(cfg.DataDir, append(apiHosts, cfg.APIHosts...))
 	if err != nil {
 		return err
 	}
@@ -174,6 +185,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	iopts.ObservePull = mtr.ObserveImagePull
+	regLn := socks.Listener("registry")
+	if regLn == nil && !cfg.Registry.Disabled {
+		// systemd passed the other sockets but not this one.
+		if regLn, err = net.Listen("tcp", cfg.Registry.Addr); err != nil {
+			return fmt.Errorf("registry.addr: %w", err)
+		}
+		defer regLn.Close()
+	}
+	if regLn != nil {
+		// References to the registry are pulled from what was pushed.
+		iopts.LocalRegistries = registryNames(cfg, regLn.Addr())
+	}
 	images, err := image.Open(iopts)
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
@@ -195,6 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return err
 	}
 	var ctl atomic.Pointer[controller.Controller] // set once the controllers run
+	var builds atomic.Pointer[build.Controller]   // set once it exists
 	var podRuntime atomic.Pointer[pod.Runtime]    // set once the pod runtime exists
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -204,7 +228,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	srv, err := apiserver.New(apiserver.Options{
+	var srv *apiserver.Server // the registry's images are authorized by its RBAC
+	admitter.RegistryImage = registryImageCheck(iopts.LocalRegistries, func() *apiserver.Server { return srv })
+	srv, err = apiserver.New(apiserver.Options{
 		Store:    st,
 		Kinds:    apiserver.DefaultKinds(apiserver.SeedVersions()),
 		Admitter: admitter,
@@ -219,6 +245,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Limits:               apiLimits(cfg),
 		Logger:               log,
 		ServiceAccountTokens: saTokens,
+		RootCA:               creds.CACertPEM,
 		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
 		Metrics:              mtr.Handler(),
 		Observe:              observeAPI(mtr),
@@ -237,6 +264,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 			defer stop()
 			defer context.AfterFunc(runCtx, stop)()
 			return logStore.Copy(rctx, ns, rev, logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
+		},
+		BuildSource: func(rctx context.Context, b k8sruntime.Object, body io.Reader) error {
+			c := builds.Load()
+			if c == nil {
+				return apierrors.NewServiceUnavailable("the build controller is starting: try again")
+			}
+			return c.Upload(rctx, b, body)
+		},
+		MaxBuildSourceBytes: cfg.Builds.MaxUploadBytes,
+		BuildLogs: func(rctx context.Context, w io.Writer, ns, name string, o apiserver.LogOptions) error {
+			rctx, stop := context.WithCancel(rctx)
+			defer stop()
+			defer context.AfterFunc(runCtx, stop)()
+			return logStore.Copy(rctx, ns, build.BuildLogGroup(name), logs.CopyOptions{Follow: o.Follow, Since: o.Since}, w)
 		},
 		Exec: func(rctx context.Context, p *corev1.Pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 			rt := podRuntime.Load()
@@ -312,8 +353,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	})
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- api.ServeTLS(apiLn, "", "") }()
+	var regSrv *http.Server
+	if regLn != nil {
+		if regSrv, err = serveRegistry(cfg, regLn, images, srv, cert, errc, log); err != nil {
+			return err
+		}
+	}
 
 	clientCfg := internalConfig(apiURL, creds.CACertPEM, internalToken)
 	kube, err := kubernetes.NewForConfig(clientCfg)
@@ -366,6 +413,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	// network namespaces; the router serves them once it exists.
 	instNet := newInstanceNet(cfg.ClusterDomain, upstream, log.With("component", "instance-network"))
 	instNet.tokens = srv
+	// The API inside instances: the same handler (authentication,
+	// authorization, limits) and certificate, each instance's connections
+	// bounded.
+	instNet.api = apiListen(cfg).Apply(&http.Server{
+		Handler:   srv.Handler(),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	})
+	instNet.apiLimits = listen.Limits{MaxConnections: cfg.Limits.InstanceAPI.MaxConnections}
 	instNet.resolver.MaxInFlight = cfg.Limits.InstanceDNS.MaxForwarding
 	instNet.resolver.Timeout = cfg.Limits.InstanceDNS.ForwardTimeout.D()
 	defer instNet.Close()
@@ -378,6 +434,26 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		return fmt.Errorf("find knbox's own binary for the shims: %w", err)
 	}
 	var podEvents atomic.Pointer[replicas.Manager]
+	buildRegistries := make([]netip.AddrPort, 0, len(cfg.Builds.Registries))
+	for _, r := range cfg.Builds.Registries {
+		a, err := config.LoopbackRegistry(r)
+		if err != nil {
+			return fmt.Errorf("builds.registries: %w", err)
+		}
+		buildRegistries = append(buildRegistries, a)
+	}
+	// The embedded registry is one of them, with credentials for the
+	// steps (the Build's ServiceAccount's token).
+	var buildRegistry *build.RegistryAccess
+	if regLn != nil {
+		if a, err := config.LoopbackRegistry(clientAddr(regLn.Addr())); err == nil {
+			if !slices.Contains(buildRegistries, a) {
+				buildRegistries = append(buildRegistries, a)
+			}
+			buildRegistry = &build.RegistryAccess{Hosts: []string{a.String()}}
+		}
+	}
+	buildNet := build.Network(buildRegistries, log.With("component", "build"))
 	pods, err := pod.New(pod.Options{
 		Images:           images,
 		Handlers:         handlers,
@@ -388,7 +464,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		ShimCommand:      []string{self, "shim"},
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
-		Network:          instNet.attach,
+		Network: func(ctx context.Context, spec *pod.Spec, ns *network.NS) (string, io.Closer, error) {
+			if build.IsBuildPod(spec.Labels) {
+				c, err := buildNet(ctx, spec, ns)
+				return "", c, err
+			}
+			return instNet.attach(ctx, spec, ns)
+		},
 		// The pods' events go to the revision manager, which knows their
 		// Revisions; those of pods adopted before it exists are dropped.
 		Events: func(e pod.Event) {
@@ -428,15 +510,45 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// ledger admission checks new Revisions against.
 		Quota:               srv.Ledger(),
 		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
-		ExecProbes:          cfg.Policy.AllowExecProbes,
-		Event:               instanceEvents(events),
-		ProgressDeadline:    dep.ProgressDeadline,
-		Logger:              log.With("component", "replicas"),
+		// KUBERNETES_SERVICE_HOST and the ServiceAccount volume: the API
+		// inside instances.
+		API:              netip.AddrPortFrom(instanceAddr, instanceAPIPort),
+		ExecProbes:       cfg.Policy.AllowExecProbes,
+		Event:            instanceEvents(events),
+		ProgressDeadline: dep.ProgressDeadline,
+		Logger:           log.With("component", "replicas"),
 	})
 	if err != nil {
 		return err
 	}
 	podEvents.Store(mgr)
+	dyn, err := dynamic.NewForConfig(clientCfg)
+	if err != nil {
+		return fmt.Errorf("internal client: %w", err)
+	}
+	if buildRegistry != nil {
+		buildRegistry.Tokens = srv
+	}
+	sources, err := build.NewSources(filepath.Join(cfg.DataDir, "builds", "sources"))
+	if err != nil {
+		return err
+	}
+	buildCtl, err := build.New(build.Options{
+		Client:              dyn,
+		Informers:           inputs,
+		Pods:                pods,
+		Logs:                logStore,
+		DefaultRuntimeClass: cfg.DefaultRuntimeClass,
+		Sources:             sources,
+		Registry:            buildRegistry,
+		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
+			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
+		Logger: log.With("component", "build"),
+	})
+	if err != nil {
+		return err
+	}
+	builds.Store(buildCtl)
 	routes := routing.NewTable()
 	rt, err := router.New(router.Options{
 		Table:     routes,
@@ -444,8 +556,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Stats: func(ns, rev string, at time.Time, concurrency, requests float64) {
 			as.Record(autoscaler.Key(ns, rev), at, concurrency, requests)
 		},
-		Poke: func(ns, rev string) {
-			as.Poke(autoscaler.Key(ns, rev))
+		Poke: func(ns, rev string, waiting int) {
+			as.PokeN(autoscaler.Key(ns, rev), waiting)
 			mgr.Poke(ns, rev)
 		},
 		External:      true,
@@ -467,7 +579,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err != nil {
 		return err
 	}
-	c, err := newController(cfg, sc, claims, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
+	c, err := newController(cfg, sc, claims, dyn, controllerRuntime{mgr}, scaler, routes, apiURL, dep.DigestResolutionTimeout, dataLn.Addr(),
 		controller.Recorders(events), log)
 	if err != nil {
 		return err
@@ -476,10 +588,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 5)
+	done := make(chan struct{}, 6)
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := buildCtl.Run(runCtx, 2); err != nil {
+			log.Error("build controller stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
 		if err := c.Run(runCtx, 2); err != nil {
@@ -570,8 +688,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if metricsSrv != nil {
 		shutdown(metricsSrv, apiShutdownTimeout)
 	}
+	if regSrv != nil {
+		shutdown(regSrv, apiShutdownTimeout)
+	}
 	cancel()
-	for range 5 {
+	for range 6 {
 		<-done
 	}
 	inputs.Shutdown()
@@ -697,7 +818,7 @@ func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
 
 // newController builds the reconcilers, talking to this server over
 // loopback HTTPS as the controller user.
-func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
+func newController(cfg *config.Config, client servingclient.Interface, claims netclient.Interface, builds dynamic.Interface, rt controller.Runtime, scaler controller.Scaler, routes *routing.Table,
 	apiURL string, resolveTimeout time.Duration, data net.Addr, recorder func(string) record.EventRecorder, log *slog.Logger) (*controller.Controller, error) {
 	network, err := cfg.Network()
 	if err != nil {
@@ -719,6 +840,7 @@ func newController(cfg *config.Config, client servingclient.Interface, claims ne
 		Client: client, Claims: claims, Runtime: rt, Scaler: scaler, Routes: routes,
 		Network: network, Domain: domain, ClusterDomain: cfg.ClusterDomain, GC: gc, HTTPPort: port, APIURL: apiURL, DigestResolutionTimeout: resolveTimeout,
 		Recorder: recorder,
+		Builds:   builds,
 		Logger:   log.With("component", "controller"),
 	})
 }

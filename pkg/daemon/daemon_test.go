@@ -50,7 +50,7 @@ func TestRunWiresEverything(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
-	cfg.APIAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.APIAddr, cfg.HTTPAddr, cfg.Registry.Addr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.InsecureRegistries = []string{reg}
 	cfg.DefaultRuntimeClass = "process"
 	// Only the process runtime, which the operator must enable (it does not

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/knbox/knbox/pkg/dns"
+	"github.com/knbox/knbox/pkg/listen"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/replicas"
@@ -30,15 +31,26 @@ import (
 // goes through the router like any request. Instances still reach neither
 // each other nor the host's other ports.
 //
-// An instance whose containers declare port 80 (or 53) keeps that port: the
-// router (or the name server) is not served there, and platform names do
-// not work from it.
+// knbox's API is served there too, on port 443, as a pod reaches
+// kube-apiserver: kubernetes.default.svc.<cluster domain> (and its short
+// forms) resolves to instanceAddr, KUBERNETES_SERVICE_HOST and _PORT name
+// it (replicas.Options.API), and the serving certificate holds those names
+// and the address, so that client-go's rest.InClusterConfig works with the
+// ServiceAccount token mounted at
+// /var/run/secrets/kubernetes.io/serviceaccount. The API authenticates and
+// authorizes those requests as any other: nothing is trusted for coming
+// from inside.
+//
+// An instance whose containers declare port 80 (or 53, or 443) keeps that
+// port: the router (or the name server, or the API) is not served there,
+// and platform names (or the API) do not work from it.
 var instanceAddr = netip.MustParseAddr("127.0.0.2")
 
 // Ports of the instance-side services.
 const (
 	instanceDNSPort    = 53
 	instanceRouterPort = 80
+	instanceAPIPort    = 443
 )
 
 // instanceNet serves instances' names and calls inside their namespaces
@@ -52,6 +64,10 @@ type instanceNet struct {
 	tokens serviceaccount.TokenIssuer
 	// newServer makes the router's Server for one namespace's instances.
 	newServer func(namespace string) *router.Server
+	// api serves knbox's API (HTTPS) on each instance's API listener, each
+	// limited by apiLimits; nil: no API inside instances.
+	api       *http.Server
+	apiLimits listen.Limits
 
 	mu      sync.Mutex
 	rt      *router.Router
@@ -79,6 +95,9 @@ func newInstanceNet(clusterDomain string, upstream []string, log *slog.Logger) *
 // exists says whether a platform name is a Route's (every well-formed
 // name until the router runs).
 func (n *instanceNet) exists(host string) bool {
+	if n.api != nil && host == "kubernetes.default.svc."+n.domain {
+		return true
+	}
 	n.mu.Lock()
 	rt := n.rt
 	n.mu.Unlock()
@@ -129,21 +148,37 @@ func (n *instanceNet) attach(ctx context.Context, spec *pod.Spec, ns *network.NS
 	if namespace == "" {
 		return "", nil, nil // not an instance of a Revision
 	}
-	dnsPort, routerPort, metadataPort := true, true, true
+	dnsPort, routerPort, metadataPort, apiPort := true, true, true, n.api != nil
 	for _, c := range spec.Containers {
 		for _, p := range c.Ports {
 			dnsPort = dnsPort && p.ContainerPort != instanceDNSPort
 			routerPort = routerPort && p.ContainerPort != instanceRouterPort
 			metadataPort = metadataPort && p.ContainerPort != instanceMetadataPort
+			apiPort = apiPort && p.ContainerPort != instanceAPIPort
 		}
 	}
 	routerPort = routerPort && spec.Port != instanceRouterPort
 	dnsPort = dnsPort && spec.Port != instanceDNSPort
 	metadataPort = metadataPort && spec.Port != instanceMetadataPort
+	apiPort = apiPort && spec.Port != instanceAPIPort
 	att := &attachment{}
+	if apiPort {
+		// Shared, as the router's: a successor binds beside it.
+		ln, err := ns.ListenShared("tcp4", netip.AddrPortFrom(instanceAddr, instanceAPIPort).String())
+		if err != nil {
+			return "", nil, fmt.Errorf("the API's listener: %w", err)
+		}
+		att.api = ln
+		go func() {
+			if err := n.api.ServeTLS(n.apiLimits.Listener(ln), "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				n.log.Debug("an instance's API listener ended", "namespace", namespace, "err", err)
+			}
+		}()
+	}
 	if metadataPort {
 		ln, err := ns.ListenShared("tcp4", netip.AddrPortFrom(instanceAddr, instanceMetadataPort).String())
 		if err != nil {
+			att.Close()
 			return "", nil, fmt.Errorf("the metadata service's listener: %w", err)
 		}
 		att.meta = serveMetadata(ln, spec, n.tokens)
@@ -204,11 +239,15 @@ func (n *instanceNet) Close() {
 	for _, p := range pending {
 		p.ln.Close()
 	}
+	if n.api != nil {
+		_ = n.api.Close()
+	}
 }
 
 // attachment is what attach serves for one pod.
 type attachment struct {
 	ln     net.Listener
+	api    net.Listener
 	meta   *http.Server // the metadata service
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -217,6 +256,9 @@ type attachment struct {
 func (a *attachment) Close() error {
 	if a.ln != nil {
 		a.ln.Close()
+	}
+	if a.api != nil {
+		a.api.Close()
 	}
 	if a.meta != nil {
 		a.meta.Close()

@@ -101,5 +101,6 @@ func imageOptions(cfg *config.Config) (image.Options, error) {
 			PullBackoff:  i.PullBackoff.D(), MaxPullBackoff: i.MaxPullBackoff.D(),
 		},
 		SkipTagResolving: sets.List(dep.RegistriesSkippingTagResolving),
+		BlobGrace:        cfg.Registry.BlobGrace.D(),
 	}, nil
 }

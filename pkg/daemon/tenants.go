@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	servingcfg "knative.dev/serving/pkg/apis/config"
 
 	"github.com/knbox/knbox/pkg/admission"
+	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/oci"
 )
@@ -30,6 +32,8 @@ func newAdmitter(cfg *config.Config, serving *servingcfg.Config, policy oci.Poli
 		InstanceDefaults: func(pod *corev1.PodSpec) { oci.Declare(pod, policy) },
 		AllowExecProbes:  cfg.Policy.AllowExecProbes,
 		ClusterDomain:    cfg.ClusterDomain,
-		Logger:           log.With("component", "admission"),
+		Builds: buildv1alpha1.Limits{DefaultTimeout: time.Duration(cfg.Builds.DefaultTimeout),
+			MaxTimeout: time.Duration(cfg.Builds.MaxTimeout)},
+		Logger: log.With("component", "admission"),
 	}, nil
 }

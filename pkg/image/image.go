@@ -19,6 +19,7 @@
 //	Root/tags.json                 the local tag index (tags of loaded archives)
 //	Root/tmp/                      work in progress, emptied by Open
 //	Root/empty/                    the lower dir of an image without layers
+//	Root/registry/, Root/uploads/  the embedded registry's repositories and uploads (registry.go)
 //
 // A layer is unpacked into Root/tmp and renamed into place after its content
 // matched its diff ID and was synced, and an image record is written only
@@ -109,6 +110,13 @@ type Options struct {
 	// registries-skipping-tag-resolving) whose tags are resolved from the
 	// local tag index only (loaded images), never by asking the registry.
 	SkipTagResolving []string
+	// LocalRegistries are the names (host or host:port) of knbox's
+	// embedded registry: references to them are resolved and pulled from
+	// what was pushed (see registry.go), never over the network.
+	LocalRegistries []string
+	// BlobGrace is how long Prune keeps a pushed blob that no manifest
+	// references yet; DefaultBlobGrace if zero.
+	BlobGrace time.Duration
 }
 
 // Config is what an image says about how to run it.
@@ -166,6 +174,9 @@ type Store struct {
 	skip    []string
 	observe func(time.Duration, int64)
 	backoff backoff // of blobs whose content failed
+
+	local     []string // the embedded registry's names, lowercase
+	blobGrace time.Duration
 }
 
 // Open opens (creating if needed) the cache at opts.Root and removes work
@@ -182,12 +193,21 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open image store: root %q must not contain ':', ',' or white space (overlayfs options)", root)
 	}
 	s := &Store{
-		root:     root,
-		insecure: append([]string(nil), opts.Insecure...),
-		keychain: opts.Keychain,
-		limits:   opts.Limits.withDefaults(),
-		skip:     append([]string(nil), opts.SkipTagResolving...),
-		observe:  opts.ObservePull,
+		root:      root,
+		insecure:  append([]string(nil), opts.Insecure...),
+		keychain:  opts.Keychain,
+		limits:    opts.Limits.withDefaults(),
+		skip:      append([]string(nil), opts.SkipTagResolving...),
+		observe:   opts.ObservePull,
+		blobGrace: opts.BlobGrace,
+	}
+	if s.blobGrace <= 0 {
+		s.blobGrace = DefaultBlobGrace
+	}
+	for _, r := range opts.LocalRegistries {
+		if r = strings.ToLower(strings.TrimSpace(r)); r != "" {
+			s.local = append(s.local, r)
+		}
 	}
 	s.backoff = backoff{first: s.limits.PullBackoff, max: s.limits.MaxPullBackoff, now: time.Now}
 	if s.keychain == nil {
@@ -208,8 +228,10 @@ func Open(opts Options) (*Store, error) {
 	if strings.ContainsAny(root, ":,\n\t ") {
 		return nil, fmt.Errorf("open image store: root %q must not contain ':', ',' or white space (overlayfs options)", root)
 	}
-	if err := os.RemoveAll(s.tmpDir()); err != nil {
-		return nil, fmt.Errorf("open image store: clean %s: %w", s.tmpDir(), err)
+	for _, d := range []string{s.tmpDir(), s.uploadsDir()} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("open image store: clean %s: %w", d, err)
+		}
 	}
 	for _, d := range []string{
 		filepath.Join(root, "blobs", "sha256"),
@@ -217,6 +239,8 @@ func Open(opts Options) (*Store, error) {
 		filepath.Join(root, "images", "sha256"),
 		s.tmpDir(),
 		s.emptyDir(),
+		s.registryDir(),
+		s.uploadsDir(),
 	} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open image store: %w", err)

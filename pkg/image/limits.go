@@ -118,7 +118,13 @@ type layerBudget struct {
 
 	bytes, files int64
 	unchecked    int64 // written since the last disk check
+	// archive, when set, names what is unpacked and the keys of its
+	// limits (an archive that is not a layer: UnpackArchive).
+	archive *archiveKeys
 }
+
+// archiveKeys name an archive and the configuration keys of its limits.
+type archiveKeys struct{ what, filesKey, bytesKey string }
 
 // diskCheckEvery is how many bytes a layer writes between checks of the
 // free space.
@@ -131,6 +137,15 @@ func (b *layerBudget) entry(size int64) error {
 	}
 	b.files++
 	b.bytes += size
+	if a := b.archive; a != nil {
+		if b.files > b.maxFiles {
+			return contentErrorf("more than %d files in the %s (%s)", b.maxFiles, a.what, a.filesKey)
+		}
+		if b.bytes > b.maxBytes {
+			return contentErrorf("more than %s unpacked from the %s (%s; sparse files count their full length)", disk.Bytes(b.maxBytes), a.what, a.bytesKey)
+		}
+		return nil
+	}
 	if b.files > b.maxFiles {
 		return contentErrorf("more than %d files in the layer (limits.images.maxLayerFiles)", b.maxFiles)
 	}

@@ -50,6 +50,13 @@ func (s *Store) Resolve(ctx context.Context, ref string, kc authn.Keychain) (str
 		if d, ok := s.localTag(r.Name()); ok {
 			return r.Context().Name() + "@" + d, nil
 		}
+		if s.isLocal(r.RegistryStr()) {
+			d, err := s.resolveLocal(r)
+			if err != nil {
+				return "", fmt.Errorf("resolve %s: %w", ref, err)
+			}
+			return r.Context().Name() + "@" + d, nil
+		}
 		if reg := r.RegistryStr(); slices.Contains(s.skip, reg) {
 			return "", fmt.Errorf("resolve %s: %w: registry %s is in config-deployment's registries-skipping-tag-resolving, so its tags are resolved from loaded images only (knbox image load), and this one is not loaded", ref, ErrNotFound, reg)
 		}

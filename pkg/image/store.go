@@ -111,6 +111,10 @@ func (s *Store) Pull(ctx context.Context, ref string, kc authn.Keychain) (*Image
 		if img, err := s.cached(d.DigestStr(), repo); err == nil {
 			return img, nil
 		}
+		if s.isLocal(d.RegistryStr()) {
+			// Pushed to knbox's registry: from its blobs, no network.
+			return s.pullLocal(ctx, d)
+		}
 		start := time.Now()
 		img, size, err := s.pullRemote(ctx, d, kc)
 		if err == nil && size > 0 && s.observe != nil {
@@ -835,7 +839,10 @@ func (s *Store) layerSize(diffID string) int64 {
 // index also names its image), the local tags of removed images, and the
 // unpacked layers that no kept image uses. A layer that a mounted overlay
 // uses (per /proc/self/mountinfo) is never removed, even if its image is;
-// a later Prune removes it once it is unmounted. It returns the bytes freed.
+// a later Prune removes it once it is unmounted. What the embedded
+// registry's tags reference is kept as if named in keep, and its untagged,
+// unused manifests and unreferenced blobs go (registry.go). It returns the
+// bytes freed.
 func (s *Store) Prune(keep []string) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -868,6 +875,19 @@ func (s *Store) Prune(keep []string) (int64, error) {
 		}
 	}
 
+	// What the embedded registry's tags reference is kept too.
+	repos, err := s.repositories()
+	if err != nil {
+		return 0, fmt.Errorf("prune: %w", err)
+	}
+	regKept, err := s.registryKept(repos)
+	if err != nil {
+		return 0, fmt.Errorf("prune: %w", err)
+	}
+	for d := range regKept {
+		kept[d] = true
+	}
+
 	recs, err := s.records()
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
@@ -884,6 +904,11 @@ func (s *Store) Prune(keep []string) (int64, error) {
 			continue
 		}
 		removed = append(removed, rec)
+	}
+	n, err := s.pruneRegistry(repos, kept, usedBlobs)
+	freed += n
+	if err != nil {
+		return freed, fmt.Errorf("prune: %w", err)
 	}
 	for _, rec := range removed {
 		if err := os.Remove(s.recordPath(rec.Digest)); err != nil && !errors.Is(err, fs.ErrNotExist) {

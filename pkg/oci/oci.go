@@ -479,12 +479,9 @@ func processUser(in Input) (specs.User, string, error) {
 			}
 		}
 		switch {
-		case runAsNonRoot != nil && *runAsNonRoot:
-			f := nonRootField
-			if uidField != "image.user" {
-				f = uidField
-			}
-			return u, "", fieldErr(f, "%s, but runAsNonRoot is true", who)
+		// The operator's refusal first: with it, knbox turns on
+		// secure-pod-defaults, which writes runAsNonRoot into every
+		// Revision, and the user should read why.
 		case in.Policy.RefuseRoot:
 			by := in.Policy.RootRefusedBy
 			if by == "" {
@@ -495,6 +492,12 @@ func processUser(in Input) (specs.User, string, error) {
 				msg += "; set securityContext.runAsUser to a non-root uid"
 			}
 			return u, "", fieldErr(uidField, "%s", msg)
+		case runAsNonRoot != nil && *runAsNonRoot:
+			f := nonRootField
+			if uidField != "image.user" {
+				f = uidField
+			}
+			return u, "", fieldErr(f, "%s, but runAsNonRoot is true", who)
 		}
 	}
 

@@ -494,3 +494,17 @@ func containsIP(list []net.IP, ip net.IP) bool {
 	}
 	return false
 }
+
+// InClusterHosts are the names by which clients inside instances reach the
+// API, as pods reach kube-apiserver on a cluster through the Service
+// "kubernetes" in "default": kubernetes, kubernetes.default,
+// kubernetes.default.svc and kubernetes.default.svc.<clusterDomain>. The
+// serving certificate must hold them (Ensure's hosts) for client-go's
+// in-cluster configuration to verify the server.
+func InClusterHosts(clusterDomain string) []string {
+	clusterDomain = strings.TrimSuffix(clusterDomain, ".")
+	if clusterDomain == "" {
+		clusterDomain = "cluster.local"
+	}
+	return []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + clusterDomain}
+}

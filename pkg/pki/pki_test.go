@@ -458,3 +458,27 @@ func mustSerial(t *testing.T) *big.Int {
 	}
 	return n
 }
+
+// TestInClusterHosts: a certificate issued for InClusterHosts and the
+// instance-side address verifies for every name a pod's client uses
+// (client-go's in-cluster configuration dials KUBERNETES_SERVICE_HOST),
+// against the CA alone.
+func TestInClusterHosts(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "pki")
+	creds, err := Ensure(dir, append(InClusterHosts("example.internal."), "127.0.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(creds.CACertPEM)
+	cert := loadCert(t, creds.CertFile)
+	for _, h := range []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.example.internal", "127.0.0.2", "localhost"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: h, Roots: pool}); err != nil {
+			t.Errorf("%s: %v", h, err)
+		}
+	}
+	if got := InClusterHosts(""); got[3] != "kubernetes.default.svc.cluster.local" {
+		t.Errorf("default domain: %v", got)
+	}
+}

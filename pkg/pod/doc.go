@@ -9,8 +9,9 @@
 // /dev/log socket, the volumes), and per container an overlay root
 // filesystem, a termination log and an OCI bundle per the runtime contract
 // (package oci), and starts the containers with the handler (package
-// runtime). It probes the serving container (readiness: every 25ms until
-// the first success, then every periodSeconds; liveness), restarts the
+// runtime). It probes the serving container (readiness: at once, then
+// after 1ms doubling to every 25ms until the first success, then every
+// periodSeconds; liveness), restarts the
 // containers with backoff when one exits or the liveness probe fails, and
 // stops a pod with a grace period (SIGTERM, grace, SIGKILL). The
 // containers' stdout and stderr and what they send to /dev/log go to the

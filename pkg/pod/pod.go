@@ -91,12 +91,15 @@ type pod struct {
 	files map[string]map[string]File
 
 	// Owned by run.
-	adopted     bool // recovered with its containers running: supervise first
-	prepared    bool
-	mon         monitor
-	imgs        []*image.Image // by container, once all are pulled
-	ctrs        []*ctr
-	lastStarted time.Time
+	adopted  bool // recovered with its containers running: supervise first
+	prepared bool
+	mon      monitor
+	// shimStarting delivers the shim that prepare started in the
+	// background, while the rest of the pod is made; awaitMon takes it.
+	shimStarting <-chan shimStart
+	imgs         []*image.Image // by container, once all are pulled
+	ctrs         []*ctr
+	lastStarted  time.Time
 }
 
 // ctr is one container of a pod. The serving container keeps the layout a
@@ -151,6 +154,12 @@ func newPod(r *Runtime, spec Spec) *pod {
 		}
 	}
 	p.st = Status{ID: spec.ID, Labels: maps.Clone(spec.Labels), Created: p.created, Pulling: true}
+	if spec.Sequential {
+		p.st.Containers = make([]corev1.ContainerState, len(spec.Containers))
+		for i := range p.st.Containers {
+			p.st.Containers[i].Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+		}
+	}
 	return p
 }
 
@@ -163,6 +172,13 @@ func (p *pod) status() Status {
 	if f := p.st.LastFailure; f != nil {
 		fc := *f
 		st.LastFailure = &fc
+	}
+	st.Containers = make([]corev1.ContainerState, len(p.st.Containers))
+	for i := range p.st.Containers {
+		p.st.Containers[i].DeepCopyInto(&st.Containers[i])
+	}
+	if p.st.Containers == nil {
+		st.Containers = nil
 	}
 	return st
 }
@@ -232,6 +248,10 @@ func (p *pod) run(ctx context.Context) {
 			p.cleanup()
 		}
 	}()
+	if p.spec.Sequential {
+		p.runSequential(ctx)
+		return
+	}
 	failures := 0
 	for ctx.Err() == nil && !p.stopRequested() {
 		var err error
@@ -354,17 +374,23 @@ func (p *pod) prepare(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
-		if err := writeFileSync(filepath.Join(p.dir, stateFile), b, 0o600); err != nil {
+		if err := writeFileAtomic(filepath.Join(p.dir, stateFile), b, 0o600); err != nil {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
 	}
-	if p.mon == nil {
+	if p.mon == nil && p.shimStarting == nil {
 		if argv := p.rt.opts.ShimCommand; len(argv) > 0 {
-			c, err := startShim(argv, p.dir, p.spec.LogPath, p.h)
-			if err != nil {
-				return fmt.Errorf("prepare pod: %w", err)
-			}
-			p.mon = shimMonitor{c}
+			// The shim is a process of its own to start (tens of
+			// milliseconds): it starts while the network namespace, the
+			// files, the root filesystems and the bundles are made, and
+			// the first container's start waits for it (awaitMon).
+			ch := make(chan shimStart, 1)
+			dir, logPath, h := p.dir, p.spec.LogPath, p.h
+			go func() {
+				c, err := startShim(argv, dir, logPath, h)
+				ch <- shimStart{c, err}
+			}()
+			p.shimStarting = ch
 		} else {
 			mon, err := newLocalMonitor(p.h, p.spec.LogPath, p.dir)
 			if err != nil {
@@ -477,6 +503,11 @@ func (p *pod) prepareVolumes() error {
 				return fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 		}
+		if v.Seed != nil {
+			if err := seed(vdir, v.Seed); err != nil {
+				return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
+			}
+		}
 		if !v.EmptyDir {
 			p.mu.Lock()
 			files := p.files[v.Name]
@@ -583,6 +614,11 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 	p.volMu.Lock()
 	vols := p.vols
 	p.volMu.Unlock()
+	// The bundle names the shim's /dev/log socket (log.sock): from here on
+	// the shim must be up.
+	if err := p.awaitMon(); err != nil {
+		return err
+	}
 	pin, err := c.pinner()
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -619,7 +655,7 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(c.dir, "config.json"), b, 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(c.dir, "config.json"), b, 0o600); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	tag := ""
@@ -632,6 +668,9 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 		return err
 	}
 	c.t = t
+	// The OCI runtime creates and starts in one step; the kubelet tells
+	// the two apart, and so do these events.
+	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventCreated, Message: "Created container " + c.name})
 	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventStarted, Message: "Started container " + c.name})
 	p.log.Debug("container started", "container", c.name, "pid", t.Pid(), "create", time.Since(t1))
 	return nil
@@ -826,7 +865,7 @@ func (p *pod) readiness(ctx context.Context, pr *prober) {
 	}
 	successes, failures := 0, 0
 	ready := false
-	interval := startProbeInterval
+	interval := firstProbeInterval
 	for {
 		err := pr.check(ctx)
 		if ctx.Err() != nil {
@@ -850,6 +889,9 @@ func (p *pod) readiness(ctx context.Context, pr *prober) {
 		}
 		if !sleepCtx(ctx, interval) {
 			return
+		}
+		if !ready && interval < startProbeInterval {
+			interval = min(2*interval, startProbeInterval) // not yet ready once
 		}
 	}
 }
@@ -1045,6 +1087,9 @@ func (p *pod) closeNetwork() {
 func (p *pod) cleanup() {
 	p.setReady(false)
 	p.teardownContainers()
+	if err := p.awaitMon(); err != nil {
+		p.log.Warn("shim", "err", err)
+	}
 	if p.mon != nil {
 		if err := p.mon.close(); err != nil {
 			p.log.Warn("close log", "err", err)
@@ -1091,24 +1136,38 @@ func (p *pod) dial(ctx context.Context, network, addr string) (net.Conn, error) 
 	return ns.Dial(ctx, network, addr)
 }
 
-// writeFileSync writes a file and syncs it, so that it survives a crash of
-// the machine as far as the file system allows.
-func writeFileSync(path string, data []byte, mode os.FileMode) error {
+// writeFileAtomic writes a file under a temporary name and renames it into
+// place: a reader (runc, Recover after a crash of knbox) sees the whole file
+// or none. It does not sync: the files it writes (a pod's state, a bundle's
+// config.json) describe containers that a crash of the machine ends anyway,
+// and Recover removes a pod whose state it cannot read, so a sync would
+// protect nothing and costs milliseconds on every start.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := os.WriteFile(tmp, data, mode); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// shimStart is the outcome of starting a pod's shim.
+type shimStart struct {
+	c   *shimClient
+	err error
+}
+
+// awaitMon waits for the shim that prepare started, if one is starting,
+// and makes it the pod's monitor.
+func (p *pod) awaitMon() error {
+	if p.shimStarting == nil {
+		return nil
+	}
+	r := <-p.shimStarting
+	p.shimStarting = nil
+	if r.err != nil {
+		p.prepared = false // the next attempt starts a shim again
+		return fmt.Errorf("prepare pod: %w", r.err)
+	}
+	p.mon = shimMonitor{r.c}
+	return nil
 }

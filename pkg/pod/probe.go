@@ -17,9 +17,12 @@ import (
 
 // Probe timing.
 const (
-	// startProbeInterval is how often readiness is probed until an instance
-	// is first ready: aggressively, so the probe does not lengthen cold
-	// starts.
+	// Until an instance is first ready, readiness is probed at once, then
+	// after firstProbeInterval, doubling up to startProbeInterval: a server
+	// that listens a few milliseconds after its start is seen ready within
+	// about a millisecond of it, and one that takes long is probed every
+	// 25ms, so the probe does not lengthen cold starts.
+	firstProbeInterval = time.Millisecond
 	startProbeInterval = 25 * time.Millisecond
 	// defaultReadyPeriod is the readiness period once ready when the probe
 	// sets none (Knative's periodSeconds 0 means "aggressive" probing, which

@@ -158,7 +158,10 @@ func (r *Runtime) adopt(ctx context.Context, st podState) *pod {
 	_, known := r.opts.Handlers[spec.Handler]
 	ns := &network.NS{Name: st.NetNS, Path: filepath.Join(r.netnsRoot, st.NetNS)}
 	_, nsErr := os.Stat(ns.Path)
-	if !known || nsErr != nil || len(r.opts.ShimCommand) == 0 || spec.validate() != nil {
+	// A Sequential pod (a build) is not adopted: what it was doing is
+	// known only to the process that ran it, so it ends and its owner
+	// reports it interrupted.
+	if !known || nsErr != nil || len(r.opts.ShimCommand) == 0 || spec.validate() != nil || spec.Sequential {
 		r.log.Warn("a pod of an earlier run cannot be adopted: removing it", "pod", spec.ID, "handler", spec.Handler, "handlerKnown", known, "netnsErr", nsErr)
 		for _, c := range resp.Containers {
 			_, _ = client.call(cctx, shimRequest{Op: "kill", ID: c.ID, Signal: int(syscall.SIGKILL)})

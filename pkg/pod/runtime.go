@@ -91,6 +91,7 @@ type Event struct {
 const (
 	EventPulling   = "Pulling"
 	EventPulled    = "Pulled"
+	EventCreated   = "Created"
 	EventStarted   = "Started"
 	EventKilling   = "Killing"
 	EventBackOff   = "BackOff"

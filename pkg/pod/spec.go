@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/knbox/knbox/pkg/image"
 )
 
 // Spec is a pod to run, fully resolved: no reference in it needs an API to
@@ -57,6 +59,14 @@ type Spec struct {
 	// PullSecrets are the image pull credentials (kubernetes.io/dockerconfigjson
 	// or dockercfg Secrets). They are not written to disk.
 	PullSecrets []corev1.Secret `json:"-"`
+	// Sequential runs the containers one after another, each to its end,
+	// as a kubelet runs init containers, and never restarts them
+	// (restartPolicy Never): the pod is Done once every container exited
+	// 0 (Succeeded) or one failed (LastFailure says which and why), and
+	// stays so, its containers gone, until Stop. Serving, Port and the
+	// probes mean nothing then (Port may be 0). A Sequential pod of an
+	// earlier knbox is not adopted: Recover removes it (see Recover).
+	Sequential bool `json:"sequential,omitempty"`
 }
 
 // Volume is one volume of a pod: an empty directory the containers share,
@@ -74,6 +84,16 @@ type Volume struct {
 	SizeLimit *resource.Quantity   `json:"sizeLimit,omitempty"`
 	// Files are the volume's files by slash-separated relative path.
 	Files map[string]File `json:"-"`
+	// Seed, for an emptyDir, is an archive unpacked into it when it is
+	// made (a build's uploaded source).
+	Seed *Seed `json:"seed,omitempty"`
+}
+
+// Seed is a tar archive (plain or gzip) and the bounds of what it unpacks
+// to (see image.UnpackArchive).
+type Seed struct {
+	Path   string              `json:"path"`
+	Limits image.ArchiveLimits `json:"limits"`
 }
 
 // File is one file of a volume.
@@ -103,7 +123,9 @@ func (s *Spec) validate() error {
 	if s.Serving < 0 || s.Serving >= len(s.Containers) {
 		return fmt.Errorf("pod %s: serving container %d out of range", s.ID, s.Serving)
 	}
-	if s.Port <= 0 || s.Port > 65535 {
+	if s.Sequential {
+		s.Port = 0
+	} else if s.Port <= 0 || s.Port > 65535 {
 		return fmt.Errorf("pod %s: port %d out of range", s.ID, s.Port)
 	}
 	names := map[string]bool{}
@@ -131,6 +153,9 @@ func (s *Spec) validate() error {
 		}
 	}
 	sc := &s.Containers[s.Serving]
+	if s.Sequential {
+		sc = &corev1.Container{} // no probes
+	}
 	for _, p := range []struct {
 		what  string
 		probe *corev1.Probe
@@ -150,6 +175,9 @@ func (s *Spec) validate() error {
 		}
 		if err := checkEmptyDir(v); err != nil {
 			return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
+		}
+		if v.Seed != nil && (!v.EmptyDir || v.Medium == corev1.StorageMediumMemory) {
+			return &ConfigError{fmt.Errorf("volume %s: only a disk emptyDir is seeded", v.Name)}
 		}
 	}
 	return nil

@@ -1,6 +1,11 @@
 package pod
 
-import "time"
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
 
 // Failure reasons, as the kubelet reports them.
 const (
@@ -44,6 +49,14 @@ type Status struct {
 	// LastFailure is the latest of them.
 	Failures    int
 	LastFailure *Failure
+
+	// Done says a Sequential pod has ended: every container exited 0
+	// (Succeeded), or one failed or the pod was stopped (LastFailure).
+	Done      bool
+	Succeeded bool
+	// Containers are a Sequential pod's containers' states, by index
+	// (Waiting, Running, Terminated, as the kubelet reports them).
+	Containers []corev1.ContainerState
 }
 
 // Failure is one failure of a pod.
@@ -67,5 +80,6 @@ type Failure struct {
 // change; a new failure is a new *Failure).
 func (s Status) same(o Status) bool {
 	return s.Pulling == o.Pulling && s.Running == o.Running && s.Ready == o.Ready && s.Stopping == o.Stopping &&
-		s.Restarts == o.Restarts && s.Failures == o.Failures && s.LastFailure == o.LastFailure
+		s.Restarts == o.Restarts && s.Failures == o.Failures && s.LastFailure == o.LastFailure &&
+		s.Done == o.Done && s.Succeeded == o.Succeeded && equality.Semantic.DeepEqual(s.Containers, o.Containers)
 }

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/knbox/knbox/pkg/image"
 )
 
 // Names in a files volume's directory besides the user's files, as the
@@ -165,3 +168,20 @@ func volumeHolds(dir string, files map[string]File) (bool, error) {
 }
 
 var errDiffers = errors.New("differs")
+
+// seedTimeout bounds unpacking a seed archive.
+const seedTimeout = 10 * time.Minute
+
+// seed unpacks an emptyDir's seed archive into it (made afresh: a pod that
+// prepares again, after a restart of its containers, keeps what its
+// containers wrote).
+func seed(dir string, s *Seed) error {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	defer cancel()
+	return image.UnpackArchive(ctx, dir, f, s.Limits)
+}

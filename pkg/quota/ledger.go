@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -21,6 +24,41 @@ type Source interface {
 	// Count returns how many objects of gr namespace holds (0 for a
 	// resource the server does not serve).
 	Count(ctx context.Context, gr schema.GroupResource, namespace string) (int64, error)
+}
+
+// RuntimeClasses is what a Source may also do: read RuntimeClasses, whose
+// overhead.podFixed each instance of that class counts besides its
+// containers (WithOverhead). A Source without it counts no overhead.
+type RuntimeClasses interface {
+	// RuntimeClass returns the RuntimeClass name; a NotFound error when
+	// there is none.
+	RuntimeClass(ctx context.Context, name string) (*nodev1.RuntimeClass, error)
+}
+
+// WithOverhead sets pod.Overhead to the overhead.podFixed of the
+// RuntimeClass pod.RuntimeClassName names, as Kubernetes' RuntimeClass
+// admission does (PodOverhead), so that ResourceQuota usage and LimitRange's
+// Pod limits count it. src not a RuntimeClasses, no class, a class that
+// does not exist (admission refuses those apart) or one without overhead:
+// pod.Overhead is cleared (a pod spec's own is not trusted: the
+// RuntimeClass decides).
+func WithOverhead(ctx context.Context, src any, pod *corev1.PodSpec) error {
+	pod.Overhead = nil
+	rcs, ok := src.(RuntimeClasses)
+	if !ok || pod.RuntimeClassName == nil || *pod.RuntimeClassName == "" {
+		return nil
+	}
+	rc, err := rcs.RuntimeClass(ctx, *pod.RuntimeClassName)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read runtimeclass %s: %w", *pod.RuntimeClassName, err)
+	}
+	if rc.Overhead != nil && len(rc.Overhead.PodFixed) > 0 {
+		pod.Overhead = rc.Overhead.PodFixed.DeepCopy()
+	}
+	return nil
 }
 
 // Ledger knows what a namespace's instances use and checks requests
@@ -66,13 +104,19 @@ func (l *Ledger) changed(ns string) {
 
 // EffectivePod returns the pod spec an instance of spec runs with in
 // namespace: spec with the namespace's LimitRange defaults (see the
-// package function EffectivePod).
+// package function EffectivePod) and its RuntimeClass's overhead
+// (WithOverhead; spec.runtimeClassName must name the class the instance
+// runs in, a default included).
 func (l *Ledger) EffectivePod(ctx context.Context, namespace string, spec *corev1.PodSpec) (*corev1.PodSpec, error) {
 	ranges, err := l.src.LimitRanges(ctx, namespace)
 	if err != nil {
 		return nil, fmt.Errorf("read limit ranges of namespace %s: %w", namespace, err)
 	}
-	return EffectivePod(spec, ranges), nil
+	pod := EffectivePod(spec, ranges)
+	if err := WithOverhead(ctx, l.src, pod); err != nil {
+		return nil, err
+	}
+	return pod, nil
 }
 
 // Reserve admits one more instance of spec (a Revision's pod spec) in
@@ -105,6 +149,12 @@ func (l *Ledger) Reserve(ctx context.Context, namespace string, spec *corev1.Pod
 // of knbox) with its effective pod spec, without checking quotas: as on a
 // cluster, a quota lowered below what runs does not stop what runs.
 func (l *Ledger) Track(namespace string, pod *corev1.PodSpec) (release func()) {
+	// Its RuntimeClass's overhead too. The read is local; should it fail,
+	// the instance is counted without (Track cannot refuse what runs).
+	pod = pod.DeepCopy()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = WithOverhead(ctx, l.src, pod)
+	cancel()
 	l.mu.Lock()
 	id := l.addLocked(namespace, PodUsage(pod))
 	l.mu.Unlock()

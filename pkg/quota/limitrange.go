@@ -103,7 +103,9 @@ func CheckLimitRanges(pod *corev1.PodSpec, ranges []corev1.LimitRange) error {
 				for _, c := range pod.Containers {
 					reqs, lims = append(reqs, c.Resources.Requests), append(lims, c.Resources.Limits)
 				}
-				errs = append(errs, checkItem(it, sumAll(reqs), sumAll(lims))...)
+				req, lim := sumAll(reqs), sumAll(lims)
+				addOverhead(req, lim, pod.Overhead)
+				errs = append(errs, checkItem(it, req, lim)...)
 			}
 		}
 	}
@@ -237,4 +239,19 @@ next:
 		out[n] = total
 	}
 	return out
+}
+
+// addOverhead adds a pod's overhead (PodOverhead: its RuntimeClass's) to
+// its requests, and to those of its limits that are set, as Kubernetes
+// counts a pod against a LimitRange's Pod limits.
+func addOverhead(req, lim, overhead corev1.ResourceList) {
+	for n, q := range overhead {
+		v := req[n]
+		v.Add(q)
+		req[n] = v
+		if l, ok := lim[n]; ok && !l.IsZero() {
+			l.Add(q)
+			lim[n] = l
+		}
+	}
 }

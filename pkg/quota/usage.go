@@ -5,17 +5,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/kubectl/pkg/util/resource"
 )
 
 // PodUsage is what one instance of an effective pod spec (see EffectivePod)
-// uses of a namespace's quotas, in quota names, as Kubernetes counts a Pod:
+// uses of a namespace's quotas, in quota names, as Kubernetes counts a Pod
+// (its requests and limits computed by kubectl's PodRequestsAndLimits, the
+// scheduler's and quota's rules: the pod's overhead, WithOverhead, is added
+// to every request and to the limits that are set):
 // pods and count/pods 1; cpu and requests.cpu, memory and requests.memory,
 // ephemeral-storage and requests.ephemeral-storage are the pod's requests
 // (the sum over its containers, or the largest init container's when
 // larger), limits.* its limits; hugepages and extended resources
 // (requests.example.com/gpu) likewise.
 func PodUsage(pod *corev1.PodSpec) corev1.ResourceList {
-	req, lim := podRequests(pod), podLimits(pod)
+	req, lim := resourcehelper.PodRequestsAndLimits(&corev1.Pod{Spec: *pod})
 	one := resource.MustParse("1")
 	out := corev1.ResourceList{corev1.ResourcePods: one, "count/pods": one.DeepCopy()}
 	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
@@ -34,35 +38,6 @@ func PodUsage(pod *corev1.PodSpec) corev1.ResourceList {
 			out[corev1.DefaultResourceRequestsPrefix+n] = q.DeepCopy()
 		case isExtendedResourceName(n):
 			out[corev1.DefaultResourceRequestsPrefix+n] = q.DeepCopy()
-		}
-	}
-	return out
-}
-
-// podRequests: per resource, the larger of the containers' sum and the
-// largest init container (init containers run one at a time, before).
-func podRequests(pod *corev1.PodSpec) corev1.ResourceList {
-	return podTotal(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Requests })
-}
-
-func podLimits(pod *corev1.PodSpec) corev1.ResourceList {
-	return podTotal(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Limits })
-}
-
-func podTotal(pod *corev1.PodSpec, get func(*corev1.Container) corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for i := range pod.Containers {
-		for n, q := range get(&pod.Containers[i]) {
-			v := out[n]
-			v.Add(q)
-			out[n] = v
-		}
-	}
-	for i := range pod.InitContainers {
-		for n, q := range get(&pod.InitContainers[i]) {
-			if v, ok := out[n]; !ok || q.Cmp(v) > 0 {
-				out[n] = q.DeepCopy()
-			}
 		}
 	}
 	return out

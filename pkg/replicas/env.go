@@ -100,7 +100,37 @@ func (m *Manager) buildEnv(rev *servingv1.Revision, c *corev1.Container, port in
 			add(e.Name, v)
 		}
 	}
-	return env, nil
+	return m.withAPIEnv(env), nil
+}
+
+// withAPIEnv puts before env the variables the kubelet gives every
+// container for the Service "kubernetes" (Options.API), those env sets
+// itself excepted: the container's own win, as on a cluster.
+func (m *Manager) withAPIEnv(env []corev1.EnvVar) []corev1.EnvVar {
+	api := m.opts.API
+	if !api.IsValid() {
+		return env
+	}
+	host, port := api.Addr().String(), strconv.Itoa(int(api.Port()))
+	url := "tcp://" + api.String()
+	pre := "KUBERNETES_PORT_" + port + "_TCP"
+	svc := []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: port},
+		{Name: "KUBERNETES_SERVICE_PORT_HTTPS", Value: port},
+		{Name: "KUBERNETES_PORT", Value: url},
+		{Name: pre, Value: url},
+		{Name: pre + "_PROTO", Value: "tcp"},
+		{Name: pre + "_PORT", Value: port},
+		{Name: pre + "_ADDR", Value: host},
+	}
+	out := make([]corev1.EnvVar, 0, len(svc)+len(env))
+	for _, v := range svc {
+		if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == v.Name }) {
+			out = append(out, v)
+		}
+	}
+	return append(out, env...)
 }
 
 // valueFrom resolves one env valueFrom; ok is false for an optional key

@@ -23,7 +23,7 @@ type eventLog struct {
 func (l *eventLog) record(about corev1.ObjectReference, typ, reason, message string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.evs = append(l.evs, fmt.Sprintf("%s/%s %s %s %s", about.Kind, about.Name, typ, reason, message))
+	l.evs = append(l.evs, fmt.Sprintf("%s/%s[%s] %s %s %s", about.Kind, about.Name, about.UID, typ, reason, message))
 }
 
 func (l *eventLog) await(t *testing.T, want ...string) {
@@ -50,8 +50,9 @@ func (l *eventLog) await(t *testing.T, want ...string) {
 	}
 }
 
-// TestInstanceEvents: an instance's life is told about its Revision, the
-// pod runtime's events (named as the kubelet names them) included.
+// TestInstanceEvents: an instance's making is told about its Revision, its
+// life (the pod runtime's events, named as the kubelet names them) about
+// its Pod, by the name and UID the Pod has.
 func TestInstanceEvents(t *testing.T) {
 	requireHandler(t, "runc")
 	ref := busyboxImage(t)
@@ -73,16 +74,24 @@ func TestInstanceEvents(t *testing.T) {
 	rev := newRev(t, "ns1", name, "runc", ref, shell("exec httpd -f -p 8080"))
 	e.resolveAndEnsure(rev)
 	e.waitState(rev, time.Minute, "ready", ready)
-	log.await(t, "Revision/"+name+" Normal Created Created instance "+name+"-",
-		"Normal Pulling instance "+name+"-", "Normal Pulled instance "+name+"-",
-		"Normal Started instance "+name+"-")
+	pods := e.m.Pods()
+	if len(pods) != 1 {
+		t.Fatalf("%d pods, want 1", len(pods))
+	}
+	p := "Pod/" + pods[0].Name + "[" + string(pods[0].UID) + "]"
+	if pods[0].UID != PodUID("ns1", pods[0].Annotations[AnnotationInstance]) {
+		t.Errorf("pod UID %s, want PodUID's", pods[0].UID)
+	}
+	log.await(t, "Revision/"+name+"["+string(rev.UID)+"] Normal Created Created instance "+name+"-",
+		p+" Normal Pulling ", p+" Normal Pulled ", p+" Normal Created Created container user-container",
+		p+" Normal Started Started container user-container")
 	e.scale.set("ns1", name, 0)
-	log.await(t, "Revision/"+name+" Normal Killing instance "+name+"-")
+	log.await(t, p+" Normal Killing ")
 
 	crash := uniqueName("crash")
 	rev = newRev(t, "ns1", crash, "runc", ref, shell("echo bye; exit 3"))
 	e.resolveAndEnsure(rev)
-	log.await(t, "Revision/"+crash+" Warning BackOff instance "+crash+"-")
+	log.await(t, "Pod/"+crash+"-deployment-", " Warning BackOff ")
 	log.mu.Lock()
 	t.Logf("events:\n%s", strings.Join(log.evs, "\n"))
 	log.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -102,6 +103,15 @@ type Options struct {
 	// volume cannot run. Each instance gets its own tokens, refreshed in its
 	// volume after 80% of their lifetime or 24 hours.
 	Tokens serviceaccount.TokenIssuer
+	// API, when valid, is where an instance reaches knbox's API from
+	// inside (the Service "kubernetes" of a cluster): every container gets
+	// KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT and the other
+	// variables the kubelet sets for it, and, unless the revision or its
+	// ServiceAccount says automountServiceAccountToken: false, the
+	// ServiceAccount volume at ServiceAccountMountPath (token, ca.crt from
+	// the ConfigMap kube-root-ca.crt, namespace), as Kubernetes'
+	// ServiceAccount admission and the kubelet give every pod. Needs Tokens.
+	API netip.AddrPort
 	// Quota, if set, holds every scale-up that would cross a namespace's
 	// ResourceQuota (the instance is not made; the revision reports
 	// ReasonExceededQuota) until an instance of the namespace stops or a
@@ -121,11 +131,13 @@ type Options struct {
 	ProgressDeadline time.Duration
 	// Logger receives lifecycle logs (nil: discard).
 	Logger *slog.Logger
-	// Event, when set, receives events about Revisions: an instance
+	// Event, when set, receives events about Revisions (an instance
 	// Created, one that could not be run (RunContainerError),
-	// ProgressDeadlineExceeded, and the events of the pods (PodEvent:
-	// Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
-	// Evicted, as the kubelet names them). It must not block.
+	// ProgressDeadlineExceeded) and, about their Pods (kind Pod, named and
+	// UIDed as Pods shows them: PodName, PodUID), the events of the pods
+	// (PodEvent: Pulling, Pulled, Created, Started, Killing, BackOff,
+	// Unhealthy, Failed, Evicted, as the kubelet names them). It must not
+	// block.
 	Event func(about corev1.ObjectReference, eventType, reason, message string)
 }
 

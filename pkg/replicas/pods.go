@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
@@ -53,6 +55,23 @@ func (m *Manager) Pods() []*corev1.Pod {
 func PodName(revision, instance string) string {
 	suffix := instance[strings.LastIndexByte(instance, '-')+1:]
 	return revision + "-deployment-" + suffix
+}
+
+// PodUID is the UID of an instance's Pod: derived from its namespace and
+// the instance's id (random, never reused), so that the events of an
+// instance name its Pod before the API has stored it and after a
+// restart of knbox.
+func PodUID(namespace, instance string) types.UID {
+	return types.UID(uuid.NewSHA1(podUIDSpace, []byte(namespace+"/"+instance)).String())
+}
+
+// podUIDSpace is the UUID name space of PodUID.
+var podUIDSpace = uuid.MustParse("6f1c6a1e-3b0e-4c5a-9a57-6b6e6f78706f")
+
+// podRef refers to an instance's Pod, as the kubelet's events do.
+func podRef(namespace, revision, instance string) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace,
+		Name: PodName(revision, instance), UID: PodUID(namespace, instance)}
 }
 
 // Pod returns one instance as a Pod; false when it does not run (any
@@ -158,6 +177,7 @@ func (r *revision) podOf(in *instance) *corev1.Pod {
 
 	p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
 	p.Name, p.Namespace = PodName(r.key.name, in.id), r.key.namespace
+	p.UID = PodUID(r.key.namespace, in.id)
 	p.Labels = podLabels(rev)
 	p.Annotations = make(map[string]string, len(rev.Annotations)+1)
 	for k, v := range rev.Annotations {

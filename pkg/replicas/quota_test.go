@@ -8,11 +8,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/quota"
 )
 
@@ -129,4 +132,53 @@ func TestQuotaHoldsScaleUp(t *testing.T) {
 func (q *quotaObjects) ResourceQuotasNow() []corev1.ResourceQuota {
 	qs, _ := q.ResourceQuotas(context.Background(), "")
 	return qs
+}
+
+// classObjects is quotaObjects that also serves RuntimeClasses.
+type classObjects struct {
+	quotaObjects
+	classes map[string]*nodev1.RuntimeClass
+}
+
+func (c *classObjects) RuntimeClass(_ context.Context, name string) (*nodev1.RuntimeClass, error) {
+	if rc, ok := c.classes[name]; ok {
+		return rc, nil
+	}
+	return nil, apierrors.NewNotFound(nodev1.Resource("runtimeclasses"), name)
+}
+
+// TestQuotaCountsRuntimeClassOverhead: a scale-up reserves the instance's
+// RuntimeClass overhead besides its containers, the class being the
+// default one when the revision names none, and is held when the overhead
+// crosses the quota.
+func TestQuotaCountsRuntimeClassOverhead(t *testing.T) {
+	objs := &classObjects{classes: map[string]*nodev1.RuntimeClass{
+		"sandboxed": {ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "runsc",
+			Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}},
+	}}
+	objs.setHard("ns1", "128Mi")
+	ledger := quota.NewLedger(objs)
+	e := newEnv(t, nil, withOptions(func(o *Options) { o.Quota, o.DefaultRuntimeClass = ledger, "sandboxed" }))
+	e.synced()
+	rev := newRev(t, "ns1", uniqueName("overhead"), "", "img", func(r *servingv1.Revision) {
+		r.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi")}
+	})
+	r := newRevision(e.m, key{"ns1", rev.Name}, rev)
+	defer r.cancel()
+	if _, ok := r.reserve(&pod.Spec{}, 1); !ok {
+		t.Fatalf("first instance (48Mi + 64Mi in 128Mi) held: %+v", r.blocked)
+	}
+	used, err := ledger.Used(context.Background(), &objs.ResourceQuotasNow()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := used[corev1.ResourceLimitsMemory]; q.String() != "112Mi" {
+		t.Errorf("used limits.memory %s, want 112Mi (48Mi and the class's 64Mi)", q.String())
+	}
+	if _, ok := r.reserve(&pod.Spec{}, 2); ok {
+		t.Fatal("a second instance crossed the quota")
+	}
+	if r.blocked == nil || !strings.Contains(r.blocked.message, "requested: limits.memory=112Mi") {
+		t.Errorf("held: %+v, want the overhead in the request", r.blocked)
+	}
 }

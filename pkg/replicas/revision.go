@@ -145,6 +145,8 @@ type revision struct {
 	retries   int      // failed attempts to make an instance, in a row
 	nextTry   time.Time
 	dirty     map[string]bool // changed sources whose volumes are to be rewritten
+	// automount: rev has the ServiceAccount volume (addAPIAccess).
+	automount bool
 	instances map[string]*instance
 	want      int32
 }
@@ -185,6 +187,11 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		instances: map[string]*instance{},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
+	// Decided once, as admission decides once per pod.
+	r.automount = m.automount(r.rev)
+	if r.automount {
+		addAPIAccess(r.rev)
+	}
 	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
@@ -388,6 +395,9 @@ func (r *revision) update(rev *servingv1.Revision) State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rev = rev.DeepCopy()
+	if r.automount {
+		addAPIAccess(r.rev)
+	}
 	r.want = r.wantLocked(desired, known)
 	return r.stateLocked()
 }
@@ -764,7 +774,7 @@ func (r *revision) reserve(spec *pod.Spec, want int32) (release func(), ok bool)
 		return func() {}, true
 	}
 	r.mu.Lock()
-	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	podSpec := r.quotaSpecLocked()
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	eff, release, err := q.Reserve(ctx, r.key.namespace, podSpec)
@@ -814,6 +824,19 @@ func (r *revision) quotaChanged() {
 	}
 }
 
+// quotaSpecLocked is the pod spec the quota counts an instance by: the
+// revision's, naming the RuntimeClass the instance runs in (the default
+// one when it names none), whose overhead the ledger adds. r.mu is held.
+func (r *revision) quotaSpecLocked() *corev1.PodSpec {
+	spec := r.rev.Spec.PodSpec.DeepCopy()
+	if spec.RuntimeClassName == nil || *spec.RuntimeClassName == "" {
+		if c := r.m.opts.DefaultRuntimeClass; c != "" {
+			spec.RuntimeClassName = &c
+		}
+	}
+	return spec
+}
+
 // trackAdopted records the quota reservations of instances adopted from an
 // earlier process (without a check: as on a cluster, a quota lowered below
 // what runs does not stop what runs). Called without locks held.
@@ -823,7 +846,7 @@ func (r *revision) trackAdopted(ids []string) {
 		return
 	}
 	r.mu.Lock()
-	podSpec := r.rev.Spec.PodSpec.DeepCopy()
+	podSpec := r.quotaSpecLocked()
 	r.mu.Unlock()
 	for _, id := range ids {
 		release := q.Track(r.key.namespace, podSpec)
@@ -1069,16 +1092,15 @@ func (r *revision) instanceEnded(in *instance) {
 	r.m.notify(r.key)
 }
 
-// podEvent sends an event of one of the revision's pods as an event
-// about the revision, naming the instance (and its container).
+// podEvent sends an event of one of the revision's pods about its Pod
+// (kind Pod, its name and UID, the container's field path), as the
+// kubelet records them, so that `kubectl describe pod` shows them.
 func (r *revision) podEvent(e pod.Event) {
 	typ := corev1.EventTypeNormal
 	if e.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	r.mu.Lock()
-	ev := r.eventLocked(typ, e.Reason, "instance "+e.Pod+": "+e.Message)
-	r.mu.Unlock()
+	ev := event{about: podRef(r.key.namespace, r.key.name, e.Pod), typ: typ, reason: e.Reason, message: e.Message}
 	if e.Container != "" {
 		ev.about.FieldPath = "spec.containers{" + e.Container + "}"
 	}

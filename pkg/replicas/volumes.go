@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/serviceaccount"
@@ -100,8 +102,10 @@ func (m *Manager) volumeFiles(ns, sa string, v corev1.Volume) (map[string]pod.Fi
 					err = fmt.Errorf("sources[%d]: %w", j, err)
 				}
 				refresh = earliest(refresh, at)
+			case src.DownwardAPI != nil:
+				err = downwardFiles(files, ns, src.DownwardAPI, v.Projected.DefaultMode)
 			default:
-				err = fmt.Errorf("sources[%d]: only secret, configMap and serviceAccountToken sources are supported", j)
+				err = fmt.Errorf("sources[%d]: only secret, configMap, serviceAccountToken and downwardAPI sources are supported", j)
 			}
 			if err != nil {
 				return nil, time.Time{}, err
@@ -294,4 +298,102 @@ func volumeSources(sa string, v corev1.Volume) map[string]bool {
 		}
 	}
 	return out
+}
+
+// The ServiceAccount volume every instance gets when the API is served
+// inside instances (Options.API), as Kubernetes gives every pod: a
+// projected volume of a token of the pod's ServiceAccount for the API's
+// audience (expiring in an hour and some seconds, refreshed by the
+// kubelet, here by the revision), the cluster's CA from the ConfigMap
+// kube-root-ca.crt and the namespace, mounted read-only in every container
+// at ServiceAccountMountPath. A container that mounts something else
+// there keeps its own.
+const (
+	ServiceAccountMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// APIAccessVolume is the volume's name (Kubernetes' kube-api-access-
+	// with a random suffix; one fixed one here, since revisions' volume
+	// names are DNS labels a user might pick, a revision that has one of
+	// this name gets no ServiceAccount volume).
+	APIAccessVolume = "kube-api-access-knbox"
+	// apiTokenSeconds is the token's lifetime, Kubernetes' (3607: an hour
+	// and seven seconds, so that clients can tell it from a user's).
+	apiTokenSeconds = 3607
+	rootCAConfigMap = "kube-root-ca.crt"
+	rootCAKey       = "ca.crt"
+)
+
+// automount tells whether rev's instances get the ServiceAccount volume:
+// when the API is served inside instances, unless the revision's
+// automountServiceAccountToken (Knative allows false only) or else its
+// ServiceAccount's says false, as Kubernetes' ServiceAccount admission
+// decides.
+func (m *Manager) automount(rev *servingv1.Revision) bool {
+	if !m.opts.API.IsValid() || m.opts.Tokens == nil {
+		return false
+	}
+	if a := rev.Spec.AutomountServiceAccountToken; a != nil {
+		return *a
+	}
+	if m.serviceAccounts != nil {
+		sa, err := m.serviceAccounts.ServiceAccounts(rev.Namespace).Get(serviceAccountName(&rev.Spec.PodSpec))
+		if err == nil && sa.AutomountServiceAccountToken != nil {
+			return *sa.AutomountServiceAccountToken
+		}
+	}
+	for _, v := range rev.Spec.Volumes {
+		if v.Name == APIAccessVolume {
+			return false
+		}
+	}
+	return true
+}
+
+// addAPIAccess adds the ServiceAccount volume to rev (a copy the Manager
+// owns) and mounts it in every container that has nothing mounted at
+// ServiceAccountMountPath, as the ServiceAccount admission plugin does.
+func addAPIAccess(rev *servingv1.Revision) {
+	mode := int32(0o644)
+	secs := int64(apiTokenSeconds)
+	rev.Spec.Volumes = append(rev.Spec.Volumes, corev1.Volume{Name: APIAccessVolume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{DefaultMode: &mode, Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &secs}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: rootCAConfigMap},
+				Items: []corev1.KeyToPath{{Key: rootCAKey, Path: rootCAKey}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		}},
+	}})
+	for i := range rev.Spec.Containers {
+		c := &rev.Spec.Containers[i]
+		if slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+			return path.Clean(vm.MountPath) == ServiceAccountMountPath
+		}) {
+			continue
+		}
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: APIAccessVolume, ReadOnly: true, MountPath: ServiceAccountMountPath})
+	}
+}
+
+// downwardFiles adds the files of a projected downwardAPI source: the
+// fieldRef metadata.namespace (what the ServiceAccount volume needs); other
+// fields are refused by name.
+func downwardFiles(files map[string]pod.File, ns string, src *corev1.DownwardAPIProjection, defMode *int32) error {
+	for i, it := range src.Items {
+		p := path.Clean(it.Path)
+		if it.Path == "" || p == "." || path.IsAbs(p) || strings.HasPrefix(p, "..") {
+			return fmt.Errorf("downwardAPI: items[%d].path %q must be relative, stay in the volume and not start with '..'", i, it.Path)
+		}
+		if it.FieldRef == nil || it.FieldRef.FieldPath != "metadata.namespace" {
+			return fmt.Errorf("downwardAPI: items[%d] (%s): only fieldRef metadata.namespace is supported", i, it.Path)
+		}
+		mode := os.FileMode(0o644)
+		if defMode != nil {
+			mode = os.FileMode(*defMode & 0o777)
+		}
+		if it.Mode != nil {
+			mode = os.FileMode(*it.Mode & 0o777)
+		}
+		files[p] = pod.File{Data: []byte(ns), Mode: mode}
+	}
+	return nil
 }

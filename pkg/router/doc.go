@@ -84,8 +84,9 @@
 // spare capacity waits in the revision's FIFO queue; a request for a
 // revision with no ready instance is held in the same queue, and the
 // autoscaler is poked (Options.Poke: the router has no other say in a
-// revision's scale) at once, then again every second while requests are
-// held. Waiting requests are sent the moment capacity frees up or an
+// revision's scale) with the number of requests held: at once, again
+// whenever more are held than the last poke said (so a burst counts whole
+// in the first decisions), then every second while requests are held. Waiting requests are sent the moment capacity frees up or an
 // instance becomes ready (Instances.Subscribe). Among ready instances with
 // spare capacity the one with the fewest requests in flight is chosen, ties
 // at random.

@@ -60,7 +60,7 @@ func (f *fakeInstances) Subscribe(fn func(ns, rev string)) {
 
 // poke records the router's Options.Poke (newEnv wires it), which is how
 // a revision at zero is activated.
-func (f *fakeInstances) poke(ns, rev string) {
+func (f *fakeInstances) poke(ns, rev string, _ int) {
 	f.mu.Lock()
 	f.poked[revKey{ns, rev}]++
 	f.mu.Unlock()
@@ -190,10 +190,10 @@ func newEnv(t testing.TB, opts Options, tune ...func(*Router)) *env {
 	e := &env{t: t, table: routing.NewTable(), inst: newFakeInstances()}
 	opts.Table, opts.Instances = e.table, e.inst
 	userPoke := opts.Poke
-	opts.Poke = func(ns, rev string) {
-		e.inst.poke(ns, rev)
+	opts.Poke = func(ns, rev string, waiting int) {
+		e.inst.poke(ns, rev, waiting)
 		if userPoke != nil {
-			userPoke(ns, rev)
+			userPoke(ns, rev, waiting)
 		}
 	}
 	if opts.Logger == nil {

@@ -76,6 +76,7 @@ type revision struct {
 	area                    float64 // integral of inflight over the period, in request-seconds
 	arrivals                int
 	lastActivate            time.Time
+	pokedWaiting            int // the number of waiting requests the last poke said
 	idleSeconds             int
 }
 
@@ -217,13 +218,18 @@ func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive boo
 	w := &waiter{ch: make(chan *endpoint, 1), exclude: exclude}
 	rv.queue.push(w)
 	cold = len(rv.ready) == 0
-	activate := cold && (rv.lastActivate.IsZero() || now.Sub(rv.lastActivate) >= activateEvery)
-	if activate {
-		rv.lastActivate = now
+	// Poke at once, and again as soon as more requests wait than the last
+	// poke said: the autoscaler then counts a burst whole in its first
+	// decisions instead of one request now and the rest a tick later.
+	// Bounded: at most one poke per waiting request.
+	activate := 0
+	if cold && (rv.lastActivate.IsZero() || now.Sub(rv.lastActivate) >= activateEvery || rv.queue.n > rv.pokedWaiting) {
+		rv.lastActivate, rv.pokedWaiting = now, rv.queue.n
+		activate = rv.queue.n
 	}
 	rv.mu.Unlock()
-	if activate {
-		rv.r.activate(rv.key)
+	if activate > 0 {
+		rv.r.activate(rv.key, activate)
 	}
 	if onWait != nil {
 		onWait()
@@ -400,7 +406,7 @@ type sample struct {
 	at                    time.Time
 	concurrency, requests float64
 	report                bool // the revision had traffic or instances
-	activate              bool // requests wait for a first instance
+	activate              int  // requests that wait for a first instance, to poke with
 	idleCheck             bool // idle long enough to check it still exists
 }
 
@@ -419,8 +425,8 @@ func (rv *revision) sample(now time.Time) sample {
 	rv.periodStart, rv.lastChange, rv.area, rv.arrivals = now, now, 0, 0
 
 	if rv.queue.n > 0 && len(rv.ready) == 0 && now.Sub(rv.lastActivate) >= activateEvery {
-		rv.lastActivate = now
-		s.activate = true
+		rv.lastActivate, rv.pokedWaiting = now, rv.queue.n
+		s.activate = rv.queue.n
 	}
 	if s.report || len(rv.draining) > 0 || rv.queue.n > 0 {
 		rv.idleSeconds = 0

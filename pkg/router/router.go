@@ -88,11 +88,14 @@ type Options struct {
 	// lock held. Nil: not reported.
 	Stats func(namespace, revision string, at time.Time, concurrency, requests float64)
 	// Poke is called when a request starts waiting for a revision with no
-	// ready instance (at once, then once a second while requests wait):
-	// this feeds autoscaler.Autoscaler.Poke, which scales a revision from
-	// zero, and is the router's only say in a revision's scale. It must
-	// not block. Nil: not called.
-	Poke func(namespace, revision string)
+	// ready instance, with the number of requests waiting for it: at once,
+	// again whenever more requests wait than the last call said (a burst of
+	// n requests at zero is known as n before the first instance is ready),
+	// then once a second while requests wait. This feeds
+	// autoscaler.Autoscaler.PokeN, which scales a revision from zero, and
+	// is the router's only say in a revision's scale. It must not block.
+	// Nil: not called.
+	Poke func(namespace, revision string, waiting int)
 
 	// ActivationTimeout bounds how long a request waits for a slot on an
 	// instance, whether the revision is scaling from zero or its instances
@@ -127,7 +130,7 @@ type Router struct {
 	table    *routing.Table
 	inst     Instances
 	stats    func(string, string, time.Time, float64, float64)
-	poke     func(string, string)
+	poke     func(string, string, int)
 	wait     time.Duration
 	maxQueue int
 	external bool
@@ -389,10 +392,10 @@ func (r *Router) endpointsChanged(namespace, name string) {
 	}
 }
 
-// activate pokes the autoscaler: a request waits for the revision.
-func (r *Router) activate(k revKey) {
+// activate pokes the autoscaler: waiting requests wait for the revision.
+func (r *Router) activate(k revKey, waiting int) {
 	if r.poke != nil {
-		r.poke(k.namespace, k.name)
+		r.poke(k.namespace, k.name, waiting)
 	}
 }
 
@@ -431,8 +434,8 @@ func (r *Router) report(now time.Time) {
 		if s.report && r.stats != nil {
 			r.stats(rv.key.namespace, rv.key.name, s.at, s.concurrency, s.requests)
 		}
-		if s.activate {
-			r.activate(rv.key)
+		if s.activate > 0 {
+			r.activate(rv.key, s.activate)
 		}
 		if s.idleCheck {
 			if _, ok := r.inst.Config(rv.key.namespace, rv.key.name); !ok {

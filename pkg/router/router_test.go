@@ -387,7 +387,7 @@ func TestQueueFull(t *testing.T) {
 func TestScaleFromZero(t *testing.T) {
 	t.Parallel()
 	var pokes atomic.Int32
-	e := newEnv(t, Options{Poke: func(ns, rev string) {
+	e := newEnv(t, Options{Poke: func(ns, rev string, _ int) {
 		if ns == "default" && rev == "cold-1" {
 			pokes.Add(1)
 		}
@@ -437,6 +437,50 @@ func TestScaleFromZero(t *testing.T) {
 	for range n {
 		if r := <-results; r.code != 200 || r.body != "warm" {
 			t.Errorf("held request: %+v", r)
+		}
+	}
+}
+
+// A burst at zero is poked with the whole queue before any instance is
+// ready, not as one request.
+func TestScaleFromZeroPokesQueue(t *testing.T) {
+	t.Parallel()
+	var most atomic.Int32
+	e := newEnv(t, Options{Poke: func(ns, rev string, waiting int) {
+		if ns == "default" && rev == "burst-1" {
+			for {
+				m := most.Load()
+				if int32(waiting) <= m || most.CompareAndSwap(m, int32(waiting)) {
+					return
+				}
+			}
+		}
+	}})
+	host := e.service("default", "burst", "burst-1", RevisionConfig{ContainerConcurrency: 1}, nil)
+	const n = 6
+	done := make(chan int, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, e.srv.URL, nil)
+			req.Host = host
+			resp, err := e.client.Do(req)
+			if err != nil {
+				done <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	eventually(t, "requests held", func() bool { return e.queued("default", "burst-1") == n })
+	eventually(t, "poked with the whole queue", func() bool { return most.Load() == n })
+
+	srv := backend(t, named("warm"))
+	e.inst.setEndpoints("default", "burst-1", loopbackEndpoint("i-0", srv))
+	for range n {
+		if code := <-done; code != 200 {
+			t.Errorf("held request: %d", code)
 		}
 	}
 }

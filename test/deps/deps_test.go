@@ -34,7 +34,9 @@ var forbidden = map[string][]string{
 	"pkg/pod":        {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/router", "pkg/autoscaler", "pkg/replicas", "pkg/routing"},
 	"pkg/replicas":   {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/router", "pkg/autoscaler", "pkg/routing"},
 	"pkg/controller": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/runtime", "pkg/image", "pkg/pod", "pkg/replicas", "pkg/autoscaler"},
-	"pkg/router":     {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
+	// Builds run through the pod runtime and speak to the API as a client.
+	"pkg/build":  {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/router", "pkg/controller", "pkg/replicas", "pkg/autoscaler"},
+	"pkg/router": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli"},
 	// Metrics are told and asked through functions: of knbox they know
 	// only the router's RequestInfo.
 	"pkg/metrics": {"pkg/apiserver", "pkg/store", "pkg/admission", "pkg/daemon", "pkg/cli", "pkg/controller", "pkg/autoscaler",

@@ -22,7 +22,9 @@ func TestKnboxCLI(t *testing.T) {
 	dir := t.TempDir()
 	startServer(t, dir, "")
 	reg := imagetest.StartRegistry(t)
-	imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{})
+	// Not root, as examples/hello.yaml says (runAsNonRoot), whose image
+	// this one stands in for.
+	imagetest.PushGoImage(t, reg, "runtime-info:v1", "github.com/knbox/knbox/test/images/runtime-info", image.Config{User: "65532"})
 	env := []string{"KNBOX_DATA_DIR=" + dir, "KUBECONFIG="}
 	knbox := func(stdin string, args ...string) (string, error) {
 		t.Helper()

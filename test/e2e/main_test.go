@@ -70,10 +70,13 @@ type server struct {
 	dir      string
 	apiAddr  string
 	httpAddr string
-	cmd      *exec.Cmd
-	logMu    sync.Mutex
-	log      strings.Builder
-	exited   chan struct{}
+	// registryAddr is the embedded registry's address; "" if it is on a
+	// port the test does not know.
+	registryAddr string
+	cmd          *exec.Cmd
+	logMu        sync.Mutex
+	log          strings.Builder
+	exited       chan struct{}
 }
 
 // startServer runs knbox serve on dir with loopback addresses and waits
@@ -92,15 +95,18 @@ func startServerWith(t *testing.T, dir, apiAddr string, extra ...string) *server
 	if apiAddr == "" {
 		apiAddr = freePort(t)
 	}
-	return startServerAt(t, serverOpts{dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), bin: knboxBin,
+	return startServerAt(t, serverOpts{dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), registryAddr: freePort(t), bin: knboxBin,
 		args: append([]string{"--keep-instances=false", "--handover-timeout=0s"}, extra...)})
 }
 
 // serverOpts say how startServerAt runs `knbox serve`.
 type serverOpts struct {
 	dir, apiAddr, httpAddr string
-	bin                    string   // the knbox binary
-	args                   []string // after serve --data-dir --api-addr --http-addr
+	// registryAddr is the embedded registry's; "": a port of the
+	// system's choice (not 5000, which parallel tests would share).
+	registryAddr string
+	bin          string   // the knbox binary
+	args         []string // after serve --data-dir --api-addr --http-addr
 	// sockets, if set, are passed as systemd passes activated sockets
 	// (LISTEN_FDS, LISTEN_FDNAMES api:http).
 	sockets []*os.File
@@ -112,8 +118,12 @@ func startServerAt(t *testing.T, o serverOpts) *server {
 	dir, apiAddr := o.dir, o.apiAddr
 	kc := filepath.Join(dir, "kubeconfig")
 	_ = os.Remove(kc)
-	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: o.httpAddr, exited: make(chan struct{})}
-	args := append([]string{"serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr}, o.args...)
+	s := &server{t: t, dir: dir, apiAddr: apiAddr, httpAddr: o.httpAddr, registryAddr: o.registryAddr, exited: make(chan struct{})}
+	regAddr := o.registryAddr
+	if regAddr == "" {
+		regAddr = "127.0.0.1:0"
+	}
+	args := append([]string{"serve", "--data-dir", dir, "--api-addr", apiAddr, "--http-addr", s.httpAddr, "--registry-addr", regAddr}, o.args...)
 	s.cmd = exec.Command(o.bin, args...)
 	if len(o.sockets) > 0 {
 		// As systemd does: LISTEN_PID is the pid of knbox itself, which a
@@ -188,9 +198,14 @@ func (s *server) stop() {
 	default:
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	// A server that stops its instances (--keep-instances=false) removes
+	// their processes, mounts and cgroups before it exits; on a loaded
+	// machine that takes seconds per instance, and a SIGKILL meanwhile
+	// leaves them behind. So the wait is generous.
 	select {
 	case <-s.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(90 * time.Second):
+		s.t.Logf("knbox serve did not stop 90s after SIGTERM; killing it")
 		s.kill()
 	}
 }
@@ -198,7 +213,9 @@ func (s *server) stop() {
 // run executes a command with a deadline and returns combined output.
 func run(t *testing.T, env []string, stdin string, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Longer than the longest --timeout a test gives a command (120s), so
+	// the command's own timeout, with its message, comes first.
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), env...)

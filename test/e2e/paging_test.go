@@ -110,8 +110,12 @@ func TestKubectlChunksAndEvents(t *testing.T) {
 	t.Logf("kubectl describe ksvc hello:\n%s", out)
 	out = await("describe rev hello-00001", []string{"describe", "rev", "hello-00001"},
 		"RevisionReady", "Revision becomes ready upon all resources being ready",
-		"kubelet", "Created instance hello-00001-", "Started", "Pulling", "Pulled")
+		"kubelet", "Created instance hello-00001-")
 	t.Logf("kubectl describe rev hello-00001:\n%s", out[strings.Index(out, "Events:"):])
+	// The instance's own events are about its Pod, as the kubelet's.
+	out = await("describe pod", []string{"describe", "pod", "-l", "serving.knative.dev/revision=hello-00001"},
+		"Pulling", "Pulled", "Created container user-container", "Started container user-container", "kubelet")
+	t.Logf("kubectl describe pod:\n%s", out[strings.Index(out, "Events:"):])
 	await("describe rev broken-00001", []string{"describe", "rev", "broken-00001"}, "Warning", "ContainerMissing")
 	out = await("get events", []string{"get", "events"}, "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE",
 		"service/hello", "revision/hello-00001", "RevisionReady", "configuration/broken", "Warning")

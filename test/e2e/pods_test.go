@@ -122,6 +122,18 @@ func TestKubectlPods(t *testing.T) {
 	if d := e.kubectl(t, "", "describe", "pod", pod); !strings.Contains(d, "user-container") || !regexp.MustCompile(`Controlled By:\s+Revision/`+name+`-00001`).MatchString(d) {
 		t.Errorf("describe pod:\n%s", d)
 	}
+	// The instance's events, about its Pod (kind, name and UID), as the
+	// kubelet records them: kubectl describe pod shows them.
+	describe := func() string { out, _ := e.kubectlRun(t, "", "describe", "pod", pod); return out }
+	awaitOutput(t, "the pod's events in describe pod", time.Minute, describe, func(s string) bool {
+		return regexp.MustCompile(`Normal\s+Pulled\s+\S+\s+kubelet\s+`).MatchString(s) &&
+			regexp.MustCompile(`Normal\s+Created\s+\S+\s+kubelet\s+Created container user-container`).MatchString(s) &&
+			regexp.MustCompile(`Normal\s+Started\s+\S+\s+kubelet\s+Started container user-container`).MatchString(s)
+	})
+	uid := jp("{.metadata.uid}")
+	if ev := e.kubectl(t, "", "get", "events", "--field-selector", "involvedObject.kind=Pod,involvedObject.uid="+uid+",reason=Started", "-o", "name"); ev == "" {
+		t.Errorf("no Started event about the Pod's UID %s", uid)
+	}
 
 	if d := e.kubectl(t, "", "describe", "ksvc", name); !strings.Contains(d, "Ready") || !strings.Contains(d, name+"-00001") {
 		t.Errorf("describe ksvc:\n%s", d)
@@ -163,6 +175,11 @@ func TestKubectlPods(t *testing.T) {
 	if cur, _ := e.kubectlRun(t, "", "logs", pod); !strings.Contains(cur, "exiting with code 3") {
 		t.Errorf("logs (all runs):\n%s", cur)
 	}
+	// The restart is told about the Pod: started again (the events'
+	// count grows), or backing off.
+	awaitOutput(t, "the restart in the pod's events", time.Minute, describe, func(s string) bool {
+		return regexp.MustCompile(`Started\s+\S+ \(x[2-9]`).MatchString(s) || strings.Contains(s, "BackOff")
+	})
 
 	// Read-only but for delete.
 	if out, err := e.kubectlRun(t, "", "label", "pod", pod, "x=y"); err == nil || !strings.Contains(out, "not supported") {

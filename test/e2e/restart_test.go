@@ -190,6 +190,36 @@ spec:
 	return dir, apiAddr, httpAddr, host, k, srv
 }
 
+// apiFromInstance awaits an answer of knbox's API to an instance of host
+// that calls it from inside (runtime-info's /kubeapi, with its mounted
+// ServiceAccount token): 403, since RBAC gives the ServiceAccount default
+// nothing, which shows the API authenticated the instance. Adopted
+// instances keep reaching the API of the knbox that adopted them.
+func apiFromInstance(t *testing.T, httpAddr, host, when string) {
+	t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second}
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/kubeapi?path=%2Fapi%2Fv1%2Fnamespaces%2Fdefault%2Fconfigmaps", nil)
+		req.Host = host
+		resp, err := c.Do(req)
+		if err == nil {
+			var f fetchResult
+			err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&f)
+			resp.Body.Close()
+			if err == nil && f.Status == http.StatusForbidden && strings.Contains(f.Body, "system:serviceaccount:default:default") {
+				return
+			}
+			last = fmt.Sprintf("%+v %v", f, err)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("the API from inside an instance %s: %s", when, last)
+}
+
 // stopLeavingInstances sends SIGTERM to a server started with
 // restartFlags; it exits once a successor has its sockets (or after the
 // handover timeout).
@@ -206,6 +236,7 @@ func (s *server) terminate() {
 func TestRestartUnderLoad(t *testing.T) {
 	dir, apiAddr, httpAddr, host, k, srv := restartEnv(t)
 	before := runcPids(t, dir)
+	apiFromInstance(t, httpAddr, host, "before the restart")
 	l := startLoad(t, httpAddr, host)
 	l.await(t, 200, "load before the restart")
 
@@ -227,6 +258,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	if !strings.Contains(srv.logs(), "handed over") || !strings.Contains(srv2.logs(), "from=handover") {
 		t.Errorf("the sockets were not handed over:\nold:\n%s\nnew:\n%s", srv.logs(), srv2.logs())
 	}
+	apiFromInstance(t, httpAddr, host, "after the restart")
 
 	// kill -9: the instances run on, and the next knbox adopts them.
 	srv2.kill()
@@ -239,6 +271,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	l = startLoad(t, httpAddr, host)
 	l.await(t, 100, "load after kill -9 and a new start")
 	l.end()
+	apiFromInstance(t, httpAddr, host, "after kill -9 and a new start")
 	if after := runcPids(t, dir); !samePids(before, after) {
 		t.Errorf("instances after the start that followed kill -9: %v, before %v", after, before)
 	}

@@ -47,12 +47,9 @@ spec:
 // ServiceAccount is deleted, and replaced in the running instance by one
 // that works again when the ServiceAccount is made anew.
 //
-// The instance cannot call knbox's API itself: an instance has no network
-// but its loopback (and with egress on, the host drops everything from the
-// bridge: package network), and no path through the router leads to the
-// API. So the test reads the token from inside the instance (runtime-info's
-// /file, through the router) and calls the API with it from outside, with
-// kubectl, as the instance would.
+// The test reads the token from inside the instance (runtime-info's /file,
+// through the router) and calls the API with it from outside, with kubectl;
+// TestInstanceCallsAPI calls the API from inside instances.
 func TestProjectedServiceAccountToken(t *testing.T) {
 	requireTool(t, "runc")
 	k := newKubectl(t)

@@ -21,6 +21,8 @@
 //	/net               JSON []Interface: the network interfaces and their addresses
 //	/file?path=P       answers the contents of file P (at most 1 MiB), as a projected token's reader would
 //	/dial?addr=A&ms=N  connects to A (IP:PORT) over TCP within N ms (default 5000), reads a line: JSON DialResult
+//	/kubeapi?path=P    GETs P from the platform's API as an in-cluster client (KUBERNETES_SERVICE_HOST/PORT,
+//	                   the mounted ServiceAccount token and ca.crt; ?host=H dials H instead): JSON FetchResult
 //
 // On SIGTERM it prints "SIGTERM received" to stdout, stops accepting
 // requests, waits for those in flight (at most 10s) and exits 0.
@@ -246,6 +248,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("/net", interfaces)
 	mux.HandleFunc("/dial", dial)
 	mux.HandleFunc("/fetch", fetch)
+	mux.HandleFunc("/kubeapi", kubeAPI)
 	mux.HandleFunc("/resolve", resolve)
 	mux.HandleFunc("/file", readFile)
 	mux.HandleFunc("/fail-health", func(w http.ResponseWriter, r *http.Request) {

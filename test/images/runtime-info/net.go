@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 )
@@ -162,4 +165,71 @@ func resolve(w http.ResponseWriter, r *http.Request) {
 		res.NotFound = errors.As(err, &de) && de.IsNotFound
 	}
 	writeJSON(w, res)
+}
+
+// The ServiceAccount volume's directory, as on a cluster.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// kubeAPI GETs path from the platform's API as client-go's
+// rest.InClusterConfig does: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+// (or ?host=NAME, e.g. kubernetes.default.svc, on that port), trusting only
+// the mounted ca.crt, with the mounted token as bearer token (read at each
+// request, as client-go rereads it). Answers a JSON FetchResult.
+func kubeAPI(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Query().Get("path")
+	if !strings.HasPrefix(p, "/") {
+		http.Error(w, "path: required, starting with /", http.StatusBadRequest)
+		return
+	}
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if h := r.URL.Query().Get("host"); h != "" {
+		host = h
+	}
+	res := FetchResult{URL: "https://" + net.JoinHostPort(host, port) + p}
+	done := func(err error) {
+		if err != nil {
+			res.Error = err.Error()
+		}
+		writeJSON(w, res)
+	}
+	if host == "" || port == "" {
+		done(errors.New("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined"))
+		return
+	}
+	token, err := os.ReadFile(serviceAccountDir + "/token")
+	if err != nil {
+		done(err)
+		return
+	}
+	ca, err := os.ReadFile(serviceAccountDir + "/ca.crt")
+	if err != nil {
+		done(err)
+		return
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		done(errors.New("ca.crt holds no certificate"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, res.URL, nil)
+	if err != nil {
+		done(err)
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Accept", "application/json")
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer c.CloseIdleConnections()
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err == nil {
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		res.Status, res.Body = resp.StatusCode, string(b)
+		err = rerr
+	}
+	res.Micros = time.Since(start).Microseconds()
+	done(err)
 }

@@ -20,8 +20,8 @@ type Configuration struct {
 
 // ConfigurationSpec is the desired state of a Configuration.
 type ConfigurationSpec struct {
-	// Build is the seed API's build resource. It is kept only so that it can
-	// be refused with a clear message: knbox does not build images.
+	// Build is the build each new Revision gets: a build.knative.dev/v1alpha1
+	// Build, or its spec alone (see the package documentation, Builds).
 	Build *runtime.RawExtension `json:"build,omitempty"`
 
 	// RevisionTemplate is copied into every new Revision.

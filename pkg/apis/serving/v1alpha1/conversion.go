@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"knative.dev/pkg/apis"
 	duckv1 "knative.dev/pkg/apis/duck/v1"
 	"knative.dev/pkg/ptr"
@@ -326,6 +327,12 @@ func ConfigurationFromV1(in *servingv1.Configuration) (*Configuration, error) {
 func configurationSpecToV1(in *ConfigurationSpec) servingv1.ConfigurationSpec {
 	tmpl := servingv1.RevisionTemplateSpec{ObjectMeta: *in.RevisionTemplate.ObjectMeta.DeepCopy()}
 	tmpl.Spec, tmpl.Annotations = revisionSpecToV1(&in.RevisionTemplate.Spec, tmpl.Annotations)
+	tmpl.Annotations, _ = takeAnnotation(tmpl.Annotations, BuildAnnotation)
+	if in.Build != nil {
+		if b, fe := ParseBuild(in.Build.Raw); fe == nil {
+			tmpl.Annotations = setAnnotation(tmpl.Annotations, BuildAnnotation, canonicalBuild(b))
+		}
+	}
 	return servingv1.ConfigurationSpec{Template: tmpl}
 }
 
@@ -336,7 +343,13 @@ func configurationSpecFromV1(in *servingv1.ConfigurationSpec) (ConfigurationSpec
 	if err != nil {
 		return ConfigurationSpec{}, fmt.Errorf("spec.template.spec.%w", err)
 	}
-	return ConfigurationSpec{RevisionTemplate: tmpl}, nil
+	out := ConfigurationSpec{RevisionTemplate: tmpl}
+	var raw string
+	out.RevisionTemplate.Annotations, raw = takeAnnotation(out.RevisionTemplate.Annotations, BuildAnnotation)
+	if b, fe := ParseBuild([]byte(raw)); raw != "" && fe == nil {
+		out.Build = &k8sruntime.RawExtension{Raw: []byte(canonicalBuild(b))}
+	}
+	return out, nil
 }
 
 // RevisionToV1 converts a v1alpha1 Revision to the storage version.
@@ -353,6 +366,9 @@ func RevisionToV1(in *Revision) (*servingv1.Revision, error) {
 		},
 	}
 	out.Spec, out.Annotations = revisionSpecToV1(&in.Spec, out.Annotations)
+	// A Revision's own Build shows as its buildRef (RevisionFromV1); an
+	// inline build is a Configuration's.
+	out.Annotations, _ = takeAnnotation(out.Annotations, BuildAnnotation)
 	if in.Status.ImageDigest != "" {
 		var name string
 		if in.Spec.Container != nil {
@@ -379,6 +395,12 @@ func RevisionFromV1(in *servingv1.Revision) (*Revision, error) {
 	out.Spec, out.Annotations, err = revisionSpecFromV1(&in.Spec, out.Annotations)
 	if err != nil {
 		return nil, fmt.Errorf("spec.%w", err)
+	}
+	var inline string
+	out.Annotations, inline = takeAnnotation(out.Annotations, BuildAnnotation)
+	if inline != "" && out.Spec.BuildRef == nil {
+		// The Build stamped from its Configuration's build, named after it.
+		out.Spec.BuildRef = &corev1.ObjectReference{APIVersion: buildKind.GroupVersion().String(), Kind: buildKind.Kind, Name: in.Name}
 	}
 	out.Status.ImageDigest = imageDigest(in)
 	return out, nil
@@ -431,7 +453,7 @@ func revisionSpecToV1(in *RevisionSpec, annotations map[string]string) (servingv
 	annotations, _ = takeAnnotation(annotations, ServingStateAnnotation)
 	annotations = setAnnotation(annotations, ConcurrencyModelAnnotation, string(in.ConcurrencyModel))
 	annotations = setAnnotation(annotations, ServingStateAnnotation, string(in.ServingState))
-	return out, annotations
+	return out, buildRefToV1(in, annotations)
 }
 
 // revisionSpecFromV1 converts a v1 RevisionSpec, reading (and removing)
@@ -474,6 +496,7 @@ func revisionSpecFromV1(in *servingv1.RevisionSpec, annotations map[string]strin
 	if validServingState(ServingState(state)) {
 		out.ServingState = ServingState(state)
 	}
+	annotations = buildRefFromV1(&out, annotations)
 	return out, annotations, nil
 }
 

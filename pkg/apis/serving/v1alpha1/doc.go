@@ -47,12 +47,32 @@
 //     a v1 client has since contradicted (say Single, then
 //     containerConcurrency 5) no longer describes the Revision: FromV1 drops
 //     it. What a v1alpha1 client writes in these annotations is ignored.
-//   - buildName, buildRef and a Configuration's build are refused: knbox
-//     does not build images.
+//   - buildName, buildRef and a Configuration's build: see Builds.
 //   - Status: logUrl and conditions map one to one; imageDigest is the
 //     digest of the container's v1 containerStatuses entry. serviceName (the
 //     Kubernetes Service in front of a Revision) is left empty: knbox has
 //     none. v1's replica counts are not shown.
+//
+// # Builds
+//
+// A Configuration's build is a build.knative.dev/v1alpha1 Build (or, as
+// the seed API allows, its spec alone); it is checked with Build's own
+// checks and kept, as canonical JSON of a Build (labels, annotations and
+// spec), in the annotation serving.knbox.dev/v1alpha1-build of the v1
+// template, so every Revision stamped from it carries it and a change of
+// the build alone stamps a new Revision. buildRef (a Build of the
+// Revision's namespace, apiVersion and kind defaulted) and the deprecated
+// buildName are the annotations serving.knbox.dev/v1alpha1-build-ref (JSON
+// of the reference) and serving.knbox.dev/v1alpha1-build-name. FromV1
+// turns them back into fields; a v1 Revision with an inline build shows its
+// own Build (named after it) as buildRef. Knative's v1 has no build: the
+// annotations keep a v1 object valid for Knative, and a v1 client writes
+// them to say the same (RevisionBuild reads them). A Revision that waits
+// for a Build reports RevisionConditionBuildSucceeded.
+//
+// Only Build of build.knative.dev/v1alpha1 is built ("any kubernetes
+// resource that completes with a Succeeded condition" in the seed spec):
+// another kind is refused with a message that says so.
 //
 // # Route
 //

@@ -46,9 +46,11 @@ const (
 // runs. The fields after TimeoutSeconds are knbox's additions to the seed API
 // (see the package documentation); each is the v1 field of the same name.
 type RevisionSpec struct {
-	// BuildName is deprecated in the seed API and refused by knbox.
+	// BuildName is deprecated in the seed API in favour of BuildRef: the
+	// name of a Build the Revision waits for.
 	BuildName string `json:"buildName,omitempty"`
-	// BuildRef is refused by knbox: it does not build images.
+	// BuildRef is a build.knative.dev/v1alpha1 Build of the Revision's
+	// namespace the Revision waits for before it runs its image.
 	BuildRef *corev1.ObjectReference `json:"buildRef,omitempty"`
 
 	// Container is the one container of the Revision.

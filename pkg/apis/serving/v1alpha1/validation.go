@@ -12,8 +12,6 @@ import (
 // Validate on the converted object (see FieldPathFromV1 to report its
 // errors in v1alpha1 terms).
 
-const noBuildMessage = "knbox does not build images; set revisionTemplate.spec.container.image"
-
 // Validate checks the shape of a Service: exactly one mode and what that
 // mode needs.
 func (s *Service) Validate(ctx context.Context) *apis.FieldError {
@@ -94,7 +92,11 @@ func (c *Configuration) Validate(ctx context.Context) *apis.FieldError {
 func (cs *ConfigurationSpec) validate(ctx context.Context) *apis.FieldError {
 	var errs *apis.FieldError
 	if cs.Build != nil {
-		errs = apis.ErrGeneric(noBuildMessage, "build")
+		errs = validateBuild(ctx, cs.Build).ViaField("build")
+		if ts := cs.RevisionTemplate.Spec; ts.BuildRef != nil || ts.BuildName != "" {
+			errs = errs.Also(apis.ErrGeneric("a Configuration's Revisions either get the build or name one, not both",
+				"build", "revisionTemplate.spec.buildRef", "revisionTemplate.spec.buildName"))
+		}
 	}
 	return errs.Also(cs.RevisionTemplate.Spec.validate(ctx).ViaField("revisionTemplate.spec"))
 }
@@ -105,13 +107,7 @@ func (r *Revision) Validate(ctx context.Context) *apis.FieldError {
 }
 
 func (rs *RevisionSpec) validate(context.Context) *apis.FieldError {
-	var errs *apis.FieldError
-	if rs.BuildName != "" {
-		errs = errs.Also(apis.ErrGeneric("knbox does not build images; set container.image", "buildName"))
-	}
-	if rs.BuildRef != nil {
-		errs = errs.Also(apis.ErrGeneric("knbox does not build images; set container.image", "buildRef"))
-	}
+	errs := validateBuildRef(rs.BuildRef, rs.BuildName)
 	switch {
 	case rs.Container == nil:
 		errs = errs.Also(apis.ErrMissingField("container"))

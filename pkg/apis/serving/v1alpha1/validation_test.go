@@ -22,6 +22,8 @@ func TestServiceValidate(t *testing.T) {
 	}}}
 	withBuild := validConfig()
 	withBuild.Build = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"build.knative.dev/v1alpha1"}`)}
+	withGoodBuild := validConfig()
+	withGoodBuild.Build = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"build.knative.dev/v1alpha1","kind":"Build","spec":{"steps":[{"name":"a","image":"busybox"}]}}`)}
 
 	tests := []struct {
 		name string
@@ -47,12 +49,15 @@ func TestServiceValidate(t *testing.T) {
 		spec: ServiceSpec{RunLatest: &RunLatestMode{}},
 		want: apis.ErrMissingField("spec.runLatest.configuration.revisionTemplate.spec.container"),
 	}, {
-		name: "build",
+		name: "build of another kind",
 		spec: ServiceSpec{RunLatest: &RunLatestMode{Configuration: withBuild}},
 		want: &apis.FieldError{
-			Message: "knbox does not build images; set revisionTemplate.spec.container.image",
-			Paths:   []string{"spec.runLatest.configuration.build"},
+			Message: "knbox builds with build.knative.dev/v1alpha1 Build only, not build.knative.dev/v1alpha1 ",
+			Paths:   []string{"spec.runLatest.configuration.build.apiVersion", "spec.runLatest.configuration.build.kind"},
 		},
+	}, {
+		name: "build",
+		spec: ServiceSpec{RunLatest: &RunLatestMode{Configuration: withGoodBuild}},
 	}, {
 		name: "pinned without revisionName",
 		spec: ServiceSpec{Pinned: &PinnedMode{Configuration: validConfig()}},
@@ -179,7 +184,19 @@ func TestRevisionValidate(t *testing.T) {
 	}, {
 		name: "build name and ref",
 		spec: RevisionSpec{Container: img, BuildName: "b", BuildRef: &corev1.ObjectReference{Name: "b"}},
-		want: apis.ErrGeneric("knbox does not build images; set container.image", "spec.buildName", "spec.buildRef"),
+	}, {
+		name: "build name and ref differ",
+		spec: RevisionSpec{Container: img, BuildName: "a", BuildRef: &corev1.ObjectReference{Name: "b"}},
+		want: apis.ErrGeneric("buildName and buildRef name different builds", "spec.buildName", "spec.buildRef"),
+	}, {
+		name: "buildRef of another kind",
+		spec: RevisionSpec{Container: img, BuildRef: &corev1.ObjectReference{APIVersion: "tekton.dev/v1", Kind: "TaskRun", Name: "b"}},
+		want: apis.ErrInvalidValue("tekton.dev/v1", "spec.buildRef.apiVersion", "knbox builds with build.knative.dev/v1alpha1").Also(
+			apis.ErrInvalidValue("TaskRun", "spec.buildRef.kind", "knbox builds with Build")),
+	}, {
+		name: "buildRef without name",
+		spec: RevisionSpec{Container: img, BuildRef: &corev1.ObjectReference{}},
+		want: apis.ErrMissingField("spec.buildRef.name"),
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +214,13 @@ func TestRevisionValidate(t *testing.T) {
 func TestConfigurationValidate(t *testing.T) {
 	withBuild := validConfig()
 	withBuild.Build = &runtime.RawExtension{Raw: []byte(`{}`)}
+	withSpecOnly := validConfig()
+	withSpecOnly.Build = &runtime.RawExtension{Raw: []byte(`{"steps":[{"name":"a","image":"busybox"}],"timeout":"1m"}`)}
+	withBoth := validConfig()
+	withBoth.Build = withSpecOnly.Build
+	withBoth.RevisionTemplate.Spec.BuildRef = &corev1.ObjectReference{Name: "b"}
+	withJunk := validConfig()
+	withJunk.Build = &runtime.RawExtension{Raw: []byte(`[1]`)}
 	badModel := validConfig()
 	badModel.RevisionTemplate.Spec.ConcurrencyModel = "Single"
 	badModel.RevisionTemplate.Spec.ContainerConcurrency = ptr.Int64(4)
@@ -209,12 +233,21 @@ func TestConfigurationValidate(t *testing.T) {
 		name: "valid",
 		spec: validConfig(),
 	}, {
-		name: "build",
+		name: "build without steps",
 		spec: withBuild,
-		want: &apis.FieldError{
-			Message: "knbox does not build images; set revisionTemplate.spec.container.image",
-			Paths:   []string{"spec.build"},
-		},
+		want: apis.ErrMissingField("spec.build.spec.steps"),
+	}, {
+		name: "build spec alone",
+		spec: withSpecOnly,
+	}, {
+		name: "build and buildRef",
+		spec: withBoth,
+		want: apis.ErrGeneric("a Configuration's Revisions either get the build or name one, not both",
+			"spec.build", "spec.revisionTemplate.spec.buildRef", "spec.revisionTemplate.spec.buildName"),
+	}, {
+		name: "build not JSON object",
+		spec: withJunk,
+		want: &apis.FieldError{Message: "not a JSON object", Paths: []string{"spec.build"}},
 	}, {
 		name: "no container",
 		want: apis.ErrMissingField("spec.revisionTemplate.spec.container"),

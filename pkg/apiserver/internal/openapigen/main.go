@@ -11,7 +11,9 @@
 //     (config/core/300-resources/*.yaml), and ClusterDomainClaim's from
 //     knative.dev/networking (config/domain-claim.yaml), completed as kube-apiserver
 //     completes a CRD's schema (apiVersion, kind, metadata as ObjectMeta,
-//     the group-version-kind extension).
+//     the group-version-kind extension);
+//   - Build's from the CRD kept beside its type
+//     (pkg/apis/build/v1alpha1/300-build.yaml).
 //
 // Only the definitions the served kinds reach are kept.
 package main
@@ -63,7 +65,13 @@ var servedKnative = map[string]bool{
 	"serving.knative.dev/Service": true, "serving.knative.dev/Configuration": true,
 	"serving.knative.dev/Revision": true, "serving.knative.dev/Route": true,
 	"serving.knative.dev/DomainMapping": true, "networking.internal.knative.dev/ClusterDomainClaim": true,
+	"build.knative.dev/Build": true,
 }
+
+// buildCRD is the schema of the seed era's Build, which no module knbox
+// builds with ships (knative/build was retired): knbox keeps it beside
+// the type, as the CRD the kind would have on a cluster.
+const buildCRD = "../apis/build/v1alpha1/300-build.yaml"
 
 const objectMeta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
@@ -135,7 +143,7 @@ func run(out string) error {
 	if err != nil {
 		return err
 	}
-	files = append(files, filepath.Join(networking, "config", "domain-claim.yaml"))
+	files = append(files, filepath.Join(networking, "config", "domain-claim.yaml"), buildCRD)
 	sort.Strings(files)
 	for _, f := range files {
 		if err := addCRD(defs, swagger.Definitions, f); err != nil {

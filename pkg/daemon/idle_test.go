@@ -1,0 +1,236 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"knative.dev/pkg/apis"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+
+	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/image/imagetest"
+)
+
+// BenchmarkIdleServices measures what Services at zero cost the server at
+// rest: `knbox serve` in this process (process runtime), then 100 and 500
+// Services (one revision each, initial-scale 0: one deployment-probe
+// instance, then zero), each step waited for until every revision is at
+// zero. It reports the Go heap in use after a GC and the process's RSS per
+// step, and the bytes per Service between steps. With
+// KNBOX_HEAP_PROFILE=dir it writes a heap profile per step there (go tool
+// pprof -sample_index=inuse_space); KNBOX_IDLE_STEPS=100,300 sets the
+// steps. The test binary's own code is in every
+// figure; the differences are the server's.
+func BenchmarkIdleServices(b *testing.B) {
+	imagetest.Require(b, os.Geteuid() == 0, "instances need root (overlay mounts, network namespaces)")
+	if b.N > 1 {
+		b.Skip("one pass measures everything")
+	}
+	if os.Getenv("KNBOX_HEAP_PROFILE") != "" {
+		runtime.MemProfileRate = 16 << 10 // finer than the default 512 KiB: the differences are small
+	}
+	reg := imagetest.StartRegistry(b)
+	ref := imagetest.PushGoImage(b, reg, "runtime-info:idle", "../../test/images/runtime-info", image.Config{ExposedPorts: []string{"8080/tcp"}})
+
+	cfg := config.Default()
+	cfg.DataDir = b.TempDir()
+	cfg.APIAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InsecureRegistries = []string{reg}
+	cfg.DefaultRuntimeClass = "process"
+	yes := true
+	proc := cfg.Runtimes["process"]
+	proc.Enabled = &yes
+	cfg.Runtimes["process"] = proc
+	for _, n := range []string{"runc", "runsc", "crun"} {
+		rt := cfg.Runtimes[n]
+		rt.Binary = "/nonexistent/" + n
+		cfg.Runtimes[n] = rt
+	}
+	cfg.ConfigMaps = map[string]map[string]string{"config-autoscaler": {"allow-zero-initial-scale": "true"}}
+	keep := false
+	cfg.Restart.KeepInstances, cfg.Restart.HandoverTimeout = &keep, "0s"
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	up := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { done <- Run(ctx, cfg, log, func(string, string) { up <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			b.Error("Run did not end")
+		}
+	}()
+	select {
+	case <-up:
+	case err := <-done:
+		b.Fatalf("Run ended before it was ready: %v", err)
+	case <-time.After(2 * time.Minute):
+		b.Fatal("not ready within 2 minutes")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cfg.DataDir, KubeconfigFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc.WarningHandler = rest.NoWarnings{}
+	rc.QPS, rc.Burst = 500, 500
+	sc := servingclient.NewForConfigOrDie(rc)
+
+	type step struct {
+		services    int
+		heap, rss   uint64
+		goroutines  int
+		heapProfile string
+	}
+	measure := func(n int) step {
+		time.Sleep(3 * time.Second) // let what the last step started settle (not a timed assertion)
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine()}
+		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" {
+			s.heapProfile = filepath.Join(dir, fmt.Sprintf("idle-heap-%d.pprof", n))
+			f, err := os.Create(s.heapProfile)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+		return s
+	}
+	steps := []step{measure(0)}
+	made := 0
+	targets := []int{100, 500}
+	if v := os.Getenv("KNBOX_IDLE_STEPS"); v != "" { // e.g. "100"
+		targets = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 || n > 2000 || len(targets) > 0 && n <= targets[len(targets)-1] {
+				b.Fatalf("KNBOX_IDLE_STEPS=%q: rising counts within 1..2000", v)
+			}
+			targets = append(targets, n)
+		}
+	}
+	for _, target := range targets {
+		var wg sync.WaitGroup
+		errs := make(chan error, target)
+		sem := make(chan struct{}, 10)
+		for i := made; i < target; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				svc := &servingv1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("idle-%03d", i), Namespace: "default"}}
+				svc.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/initial-scale": "0"}
+				nobody := int64(65534) // the process runtime refuses root
+				svc.Spec.Template.Spec.Containers = []corev1.Container{{Image: ref,
+					SecurityContext: &corev1.SecurityContext{RunAsUser: &nobody}}}
+				if _, err := sc.ServingV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		made = target
+		awaitEvery(b, 15*time.Minute, time.Second, fmt.Sprintf("%d revisions ready and at zero", target), func() error {
+			list, err := sc.ServingV1().Revisions("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			atZero := 0
+			for _, r := range list.Items {
+				if c := r.Status.GetCondition(apis.ConditionReady); c != nil && c.IsFalse() {
+					b.Fatalf("revision %s failed: %s: %s", r.Name, c.Reason, c.Message)
+				}
+				if r.IsReady() && r.Status.ActualReplicas != nil && *r.Status.ActualReplicas == 0 {
+					atZero++
+				}
+			}
+			if atZero < target {
+				return fmt.Errorf("%d of %d", atZero, target)
+			}
+			return nil
+		})
+		steps = append(steps, measure(target))
+	}
+	for i, s := range steps {
+		line := fmt.Sprintf("%4d Services at zero: heap in use %6.1f MiB, RSS %6.1f MiB, %5d goroutines", s.services,
+			float64(s.heap)/(1<<20), float64(s.rss)/(1<<20), s.goroutines)
+		if i > 0 {
+			p := steps[i-1]
+			per := float64(s.services - p.services)
+			line += fmt.Sprintf("; per Service since %d: heap %5.1f KiB, RSS %5.1f KiB, %.1f goroutines", p.services,
+				float64(int64(s.heap)-int64(p.heap))/per/1024, float64(int64(s.rss)-int64(p.rss))/per/1024,
+				float64(s.goroutines-p.goroutines)/per)
+		}
+		if s.heapProfile != "" {
+			line += " (" + s.heapProfile + ")"
+		}
+		fmt.Println(line)
+	}
+	last := steps[len(steps)-1]
+	b.ReportMetric(float64(last.rss)/(1<<20), "rss-MiB")
+	b.ReportMetric(float64(last.heap)/(1<<20), "heap-MiB")
+}
+
+// rss is this process's resident set size, from /proc/self/status.
+func rss(t testing.TB) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// awaitEvery checks cond every interval until it holds, for at most timeout.
+func awaitEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
