@@ -163,7 +163,7 @@ func TestKnativeConformance(t *testing.T) {
 	// left is deleted, and knbox stops no instances on its way out.
 	t.Cleanup(func() {
 		_, _ = k.run("", append([]string{"delete", "namespace", "--wait=false"}, namespaces...)...)
-		deadline := time.Now().Add(2 * time.Minute)
+		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			out, err := k.run("", "get", "pods", "--all-namespaces", "-o", "name")
 			if err == nil && strings.TrimSpace(out) == "" {
@@ -171,7 +171,7 @@ func TestKnativeConformance(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 		}
-		t.Logf("pods still there after 2m; knbox stops them")
+		t.Logf("pods still there after 30s; knbox stops them")
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*conformanceTimeout+time.Minute)
