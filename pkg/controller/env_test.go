@@ -74,10 +74,16 @@ func (f *fakeRuntime) Ensure(_ context.Context, rev *servingv1.Revision) (contro
 	return controller.RevisionState{Ready: true, Actual: 1}, nil
 }
 
-func (f *fakeRuntime) Remove(_ context.Context, ns, name string) error {
+// Remove: revisions named "draining..." keep instances until ctx ends (a
+// grace period of minutes), as a slow container does.
+func (f *fakeRuntime) Remove(ctx context.Context, ns, name string) error {
 	f.mu.Lock()
 	f.removed[ns+"/"+name] = true
 	f.mu.Unlock()
+	if strings.HasPrefix(name, "draining") {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return nil
 }
 

@@ -249,6 +249,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
 		Metrics:              mtr.Handler(),
 		Observe:              observeAPI(mtr),
+		Ingress:              ingressService(socks.Listener("http").Addr(), listenerAddr(socks.Listener("https"))),
 		Extensions: map[string]http.Handler{
 			"images": image.Handler(images, func(context.Context) ([]string, error) {
 				if c := ctl.Load(); c != nil {
