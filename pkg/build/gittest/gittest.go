@@ -96,8 +96,8 @@ func (r *Repo) Commit(msg string, files map[string]string) string {
 func Serve(t testing.TB, root string) string {
 	t.Helper()
 	h := &cgi.Handler{
-		Path: Git(t),
-		Args: []string{"http-backend"},
+		Path:   Git(t),
+		Args:   []string{"http-backend"},
 		Env:    []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + root},
 		Stderr: io.Discard, // "Not a git repository" for the tests' missing ones
 	}
