@@ -543,6 +543,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Registry:            buildRegistry,
 		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
 			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
+		Git:    build.GitLimits{Timeout: time.Duration(cfg.Builds.GitTimeout), MaxFetchBytes: cfg.Builds.MaxGitFetchBytes},
 		Logger: log.With("component", "build"),
 	})
 	if err != nil {
