@@ -60,6 +60,7 @@ var conformancePass = map[string][]string{
 	},
 	"knative.dev/serving/test/conformance/runtime": {
 		"TestCmdArgs",
+		"TestConfigsViaEnv",
 		"TestLivenessWithFail",
 		"TestMustEnvVars",
 		"TestMustHaveCgroupConfigured",
@@ -67,8 +68,10 @@ var conformancePass = map[string][]string{
 		"TestMustHaveHeadersSet",
 		"TestMustNotContainerConstraints",
 		"TestMustRunAsUser",
+		"TestProbeRuntime",
 		"TestProbeRuntimeAfterStartup",
 		"TestProtocols",
+		"TestSecretsViaEnv",
 		"TestShouldEnvVars",
 		"TestShouldHaveCgroupReadOnly",
 		"TestShouldHaveFiles",
