@@ -74,7 +74,7 @@ func (f *fakeRuntime) Ensure(_ context.Context, rev *servingv1.Revision) (contro
 	return controller.RevisionState{Ready: true, Actual: 1}, nil
 }
 
-func (f *fakeRuntime) Remove(_ context.Context, ns, name string) error {
+func (f *fakeRuntime) Remove(ns, name string) error {
 	f.mu.Lock()
 	f.removed[ns+"/"+name] = true
 	f.mu.Unlock()

@@ -15,8 +15,11 @@ import (
 func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) error {
 	cur, err := c.revisions.Revisions(ns).Get(name)
 	if apierrors.IsNotFound(err) || err == nil && cur.DeletionTimestamp != nil {
+		// The runtime first: without the autoscaler's scale a revision
+		// would want its initial scale again meanwhile.
+		err := c.opts.Runtime.Remove(ns, name)
 		c.opts.Scaler.Delete(ns, name)
-		return c.opts.Runtime.Remove(ctx, ns, name)
+		return err
 	}
 	if err != nil {
 		return err
