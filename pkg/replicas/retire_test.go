@@ -78,6 +78,33 @@ func TestRetireDoesNotWaitOrReplace(t *testing.T) {
 	}
 	// The reconciler's Remove follows; it does not wait for the instances.
 	done := e.m.Retire("ns1", name)
+	// The router's word that an instance it was given is drained reaches
+	// the revision being removed.
+	for _, id := range old {
+		e.m.mu.Lock()
+		r := e.m.pods[id]
+		e.m.mu.Unlock()
+		if r == nil {
+			continue // stopped already
+		}
+		r.mu.Lock()
+		in := r.instances[id]
+		r.mu.Unlock()
+		if in == nil {
+			continue
+		}
+		eventually(t, time.Minute, "instance "+id+" stopping", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return in.stopping
+		})
+		e.m.Drained("ns1", name, id)
+		select {
+		case <-in.drainedCh:
+		default:
+			t.Errorf("Drained of %s did not reach its revision, being removed", id)
+		}
+	}
 	eventually(t, time.Minute, "every old Pod Terminating", func() bool {
 		ps := podsOf(rev.UID)
 		for _, p := range ps {
