@@ -186,16 +186,17 @@ func TestRegistryCredentials(t *testing.T) {
 	if string(auth) != "builder:token-of-team-a-builder" {
 		t.Errorf("auth %q", auth)
 	}
-	if e := spec.Containers[0].Env; len(e) != 1 || e[0].Value != RegistryConfigDir || len(spec.Containers[0].VolumeMounts) != 1 {
+	if e := spec.Containers[0].Env; len(e) != 2 || e[0] != (corev1.EnvVar{Name: RegistryEnv, Value: "127.0.0.1:5000"}) ||
+		e[1].Value != RegistryConfigDir || len(spec.Containers[0].VolumeMounts) != 1 {
 		t.Errorf("step a: %+v", spec.Containers[0])
 	}
-	if e := spec.Containers[1].Env; len(e) != 1 || e[0].Value != "/mine" {
+	if e := spec.Containers[1].Env; len(e) != 2 || e[0].Name != RegistryEnv || e[1].Value != "/mine" {
 		t.Errorf("a step's own DOCKER_CONFIG was replaced: %+v", e)
 	}
 	c.opts.Registry.Tokens = fakeTokens{fail: true}
 	spec = pod.Spec{Containers: []corev1.Container{{Name: "a"}}}
 	c.registryCredentials(context.Background(), b, time.Minute, &spec)
-	if len(spec.Volumes) != 0 || len(spec.Containers[0].Env) != 0 {
+	if len(spec.Volumes) != 0 || len(spec.Containers[0].Env) != 1 || spec.Containers[0].Env[0].Name != RegistryEnv {
 		t.Errorf("credentials without a token: %+v", spec)
 	}
 }

@@ -23,7 +23,9 @@
 //
 // A step reaches nothing of the host but the registries of
 // Options.Registries, forwarded from the same loopback address inside its
-// network namespace (see Forward).
+// network namespace (see Forward). Every step finds knbox's embedded
+// registry, as it reaches it, in RegistryEnv, and credentials for it in
+// DOCKER_CONFIG (RegistryAccess).
 //
 // It must not import the API server, the store or the data plane; it
 // talks to the API through client-go (a dynamic client for Builds,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,15 +34,30 @@ const (
 	RegistryConfigDir = "/knbox/registry"
 )
 
+// RegistryEnv names, in every step's environment, knbox's embedded
+// registry as steps reach it (host:port): first in the list, so that the
+// steps' own variables may name it, e.g. KNBOX_IMAGE=$(KNBOX_REGISTRY)/ns/app:v1.
+const RegistryEnv = "KNBOX_REGISTRY"
+
 // tokenSlack is what a build's registry token outlives its timeout by.
 const tokenSlack = 10 * time.Minute
 
-// registryCredentials adds the registry credentials' volume to spec and
-// mounts it in every step; it adds nothing when the Build's ServiceAccount
-// has no token to give (it does not exist).
+// registryCredentials names the registry in every step's env (RegistryEnv),
+// adds the registry credentials' volume to spec and mounts it in every
+// step; it adds no credentials when the Build's ServiceAccount has no token
+// to give (it does not exist).
 func (c *Controller) registryCredentials(ctx context.Context, b *buildv1alpha1.Build, timeout time.Duration, spec *pod.Spec) {
 	ra := c.opts.Registry
-	if ra == nil || ra.Tokens == nil || len(ra.Hosts) == 0 {
+	if ra == nil || len(ra.Hosts) == 0 {
+		return
+	}
+	for i := range spec.Containers {
+		s := &spec.Containers[i]
+		if !slices.ContainsFunc(s.Env, func(e corev1.EnvVar) bool { return e.Name == RegistryEnv }) {
+			s.Env = append([]corev1.EnvVar{{Name: RegistryEnv, Value: ra.Hosts[0]}}, s.Env...)
+		}
+	}
+	if ra.Tokens == nil {
 		return
 	}
 	sa := b.Spec.ServiceAccountName

@@ -47,8 +47,8 @@ const latestTarget = "@latest"
 func deployCommand(s *session) *cobra.Command {
 	var o deployOptions
 	cmd := &cobra.Command{
-		Use:   "deploy NAME (--image IMAGE | --source DIR [--builder IMAGE])",
-		Short: "Create or update a Knative Service from an image, wait until it is Ready and print its URL",
+		Use:   "deploy NAME (--image IMAGE | --source DIR --builder IMAGE)",
+		Short: "Create or update a Knative Service from an image or a source directory, wait until it is Ready and print its URL",
 		Long: `deploy creates the Service NAME, or updates its template, so that it runs IMAGE,
 then shows the progress (the Revision created, its conditions: image pull,
 readiness) and prints the Service's URL once it is Ready.
@@ -56,13 +56,22 @@ readiness) and prints the Service's URL once it is Ready.
 IMAGE may be one pushed to knbox's own registry (see README "Pushing images
 to knbox"), e.g. registry.knbox.local/default/hello:v1.
 
+--source DIR --builder IMAGE builds DIR first: it packs DIR (without .git and
+what DIR/.knboxignore, else DIR/.gitignore, names), creates a Build
+(build.knative.dev) whose one step runs IMAGE in /workspace holding DIR, with
+KNBOX_IMAGE naming where in knbox's registry to push, uploads DIR, follows the
+build, then runs the pushed image by digest (README "Builds": the builder
+contract). The build runs as the ServiceAccount knbox-deployer, which deploy
+creates and lets push to the namespace's repositories if it may.
+
 --traffic REVISION=PERCENT (repeatable; @latest is the latest ready Revision)
 replaces the Service's traffic; --tag REVISION=TAG (repeatable) tags a
 Revision, adding a target with no traffic if it has none. --env KEY=VALUE sets
 a variable of the container, --env KEY- removes it.`,
 		Example: `  knbox deploy hello --image registry.knbox.local/default/hello:v1
   knbox deploy hello --image registry.knbox.local/default/hello:v2 --tag @latest=candidate --traffic hello-00001=90 --traffic @latest=10
-  knbox deploy hello --env TARGET=knbox -n team-a`,
+  knbox deploy hello --env TARGET=knbox -n team-a
+  knbox deploy hello --source . --builder 127.0.0.1:5000/builders/go:v1`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 	}
@@ -70,11 +79,11 @@ a variable of the container, --env KEY- removes it.`,
 	f := cmd.Flags()
 	f.StringVar(&o.image, "image", "", "the container image to run")
 	f.StringVar(&o.source, "source", "", "a directory to build an image from (see --builder)")
-	f.StringVar(&o.builder, "builder", "", "the builder image for --source")
+	f.StringVar(&o.builder, "builder", "", "the builder image for --source (required with it: it builds /workspace and pushes to $KNBOX_IMAGE)")
 	f.StringArrayVar(&o.env, "env", nil, "KEY=VALUE sets an environment variable, KEY- removes it (repeatable)")
 	f.StringArrayVar(&o.traffic, "traffic", nil, "REVISION=PERCENT; @latest is the latest ready Revision (repeatable; replaces the traffic)")
 	f.StringArrayVar(&o.tags, "tag", nil, "REVISION=TAG; @latest is the latest ready Revision (repeatable)")
-	f.DurationVar(&o.timeout, "timeout", DefaultDeployTimeout, "how long to wait for the Service to be Ready")
+	f.DurationVar(&o.timeout, "timeout", DefaultDeployTimeout, "how long to wait for the Service to be Ready (and, with --source, the build's timeout)")
 	f.BoolVar(&o.noWait, "no-wait", false, "do not wait: print what was sent and return")
 	cmd.RunE = s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
 		ctx, cancel := interruptible(cmd.Context())

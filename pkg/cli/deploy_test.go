@@ -106,7 +106,13 @@ func TestDeploy(t *testing.T) {
 		{[]string{"deploy", "web", "--traffic", "@latest"}, "want REVISION=PERCENT"},
 		{[]string{"deploy", "web", "--tag", "@latest=Not_A_Tag"}, `"Not_A_Tag" is not a tag`},
 		{[]string{"deploy", "web", "--env", "1X=2"}, `--env "1X=2"`},
-		{[]string{"deploy", "web", "--source", "."}, "cannot build images yet"},
+		{[]string{"deploy", "web", "--source", "."}, "--source needs --builder IMAGE"},
+		{[]string{"deploy", "web", "--builder", "b"}, "give --source too"},
+		{[]string{"deploy", "web", "--source", ".", "--builder", "b", "--image", "x"}, "--image and --source: give one"},
+		{[]string{"deploy", "web", "--source", "/nonexistent", "--builder", "b"}, "--source: stat /nonexistent"},
+		{[]string{"deploy", "web", "--source", "deploy.go", "--builder", "b"}, "not a directory"},
+		{[]string{"deploy", "web", "--source", ".", "--builder", "b", "--env", "1X=2"}, `--env "1X=2"`},
+		{[]string{"deploy", "web", "--source", ".", "--builder", "Not A Ref"}, `--builder "Not A Ref"`},
 		{[]string{"deploy", "web", "--image", "x", "--timeout", "0s"}, "not Ready after"},
 	} {
 		_, _, err := run(t, nil, "", append(c.args, "--kubeconfig", env.Kubeconfig)...)

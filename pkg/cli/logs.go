@@ -118,6 +118,15 @@ func (s *session) buildLogs(ctx context.Context, w io.Writer, o logsOptions) err
 	if err != nil {
 		return err
 	}
+	req, err := buildLogRequest(rc, ns, o.build, o)
+	if err != nil {
+		return err
+	}
+	return stream(ctx, w, req, "build "+o.build)
+}
+
+// buildLogRequest is the GET of builds/NAME/log with o's follow and since.
+func buildLogRequest(rc *rest.Config, ns, name string, o logsOptions) (*rest.Request, error) {
 	cfg := rest.CopyConfig(rc)
 	cfg.GroupVersion = &buildGV
 	cfg.APIPath = "/apis"
@@ -127,16 +136,16 @@ func (s *session) buildLogs(ctx context.Context, w io.Writer, o logsOptions) err
 	}
 	client, err := rest.RESTClientFor(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req := client.Get().Namespace(ns).Resource("builds").Name(o.build).SubResource("log")
+	req := client.Get().Namespace(ns).Resource("builds").Name(name).SubResource("log")
 	if o.follow {
 		req = req.Param("follow", "true")
 	}
 	if o.since > 0 {
 		req = req.Param("sinceSeconds", strconv.FormatInt(int64(o.since.Seconds()), 10))
 	}
-	return stream(ctx, w, req, "build "+o.build)
+	return req, nil
 }
 
 var buildGV = schema.GroupVersion{Group: "build.knative.dev", Version: "v1alpha1"}

@@ -134,6 +134,22 @@ func TestExpand(t *testing.T) {
 	}
 }
 
+// TestEnvList: a value's $(NAME) is a variable defined before it.
+func TestEnvList(t *testing.T) {
+	t.Parallel()
+	got := EnvList([]corev1.EnvVar{
+		{Name: "REG", Value: "127.0.0.1:5000"},
+		{Name: "IMG", Value: "$(REG)/default/app:v1"},
+		{Name: "LATER", Value: "$(NEXT) $$(REG)"},
+		{Name: "NEXT", Value: "n"},
+		{Name: "REG", Value: "$(REG)/x"},
+	})
+	want := []string{"REG=127.0.0.1:5000", "IMG=127.0.0.1:5000/default/app:v1", "LATER=$(NEXT) $(REG)", "NEXT=n", "REG=127.0.0.1:5000/x"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("EnvList = %q, want %q", got, want)
+	}
+}
+
 func TestWorkingDir(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ container, image, want, errField string }{

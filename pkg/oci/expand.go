@@ -1,6 +1,10 @@
 package oci
 
-import "strings"
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // expand replaces $(NAME) in s with m[NAME] as the kubelet expands command
 // and args: "$$" is a literal "$", a reference to a name m does not hold
@@ -41,4 +45,19 @@ func expand(s string, m map[string]string) string {
 		}
 	}
 	return b.String()
+}
+
+// EnvList is a container's env as NAME=value, each value expanded as the
+// kubelet expands dependent variables: $(NAME) is the value of a variable
+// defined earlier in the list ("$$" is a literal "$"; a reference to a
+// later or unknown variable stays as written).
+func EnvList(env []corev1.EnvVar) []string {
+	out := make([]string, 0, len(env))
+	defined := make(map[string]string, len(env))
+	for _, e := range env {
+		v := expand(e.Value, defined)
+		defined[e.Name] = v
+		out = append(out, e.Name+"="+v)
+	}
+	return out
 }

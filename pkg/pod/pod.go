@@ -607,10 +607,9 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	c.mounted = true
-	env := make([]string, 0, len(cs.Env))
-	for _, e := range cs.Env {
-		env = append(env, e.Name+"="+e.Value)
-	}
+	// $(NAME) in a value names a variable defined before it, as on
+	// Kubernetes.
+	env := oci.EnvList(cs.Env)
 	p.volMu.Lock()
 	vols := p.vols
 	p.volMu.Unlock()

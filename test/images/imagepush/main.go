@@ -4,8 +4,10 @@
 // go-containerregistry to the registry its argument names, as a builder
 // image (ko, kaniko) would.
 //
-//	imagepush [-bin /workspace/app] [-env-file NAME=/workspace/file]... REF
+//	imagepush [-bin /workspace/app] [-env-file NAME=/workspace/file]... [REF]
 //
+// Without REF it pushes to $KNBOX_IMAGE, as the builder of `knbox deploy
+// --source` does (the builder contract, README "Builds").
 // Each -env-file sets NAME in the image's environment to the file's
 // content (trimmed), so a test sees what the earlier steps wrote. Plain
 // HTTP is used for loopback registries; credentials come from
@@ -42,10 +44,14 @@ func main() {
 	var envs envFiles
 	flag.Var(&envs, "env-file", "NAME=PATH: NAME in the image's environment is the file's content")
 	flag.Parse()
-	if flag.NArg() != 1 {
-		fail("usage: imagepush [-bin PATH] [-env-file NAME=PATH]... REF")
+	ref := os.Getenv("KNBOX_IMAGE")
+	if flag.NArg() == 1 {
+		ref = flag.Arg(0)
 	}
-	if err := push(flag.Arg(0), *bin, envs); err != nil {
+	if flag.NArg() > 1 || ref == "" {
+		fail("usage: imagepush [-bin PATH] [-env-file NAME=PATH]... REF (or $KNBOX_IMAGE)")
+	}
+	if err := push(ref, *bin, envs); err != nil {
 		fail(err.Error())
 	}
 }
