@@ -11,15 +11,18 @@ import (
 	"knative.dev/pkg/ptr"
 )
 
-// TestDeleteServiceWithInstances deletes a Service whose Revision runs
-// three instances that ignore SIGTERM (so each stops only when its grace
-// period, the Revision's timeoutSeconds, ends), then at once creates a
-// Service of the same name and an unrelated one: both become Ready while
-// the old instances still stop (the Revision reconciler is not held by
-// them, the name is free), the garbage collector's deletes of the old Pods
-// make no replacements (no "instance deleted through the API" loop), the
-// old Pods show Terminating, and in the end runc has no instance of the
-// old Revision left.
+// TestDeleteServiceWithInstances deletes three Services at once, whose
+// Revisions run instances that ignore SIGTERM (so each stops only when its
+// grace period, the Revision's timeoutSeconds, ends), one of them at
+// min-scale 3 (more than the Revision reconciler's workers, so that
+// removals that held them would leave a Revision's Pods to the garbage
+// collector), then at once creates a Service of the same name and an
+// unrelated one: both become Ready while the old instances still stop
+// (the Revision reconciler is not held by them, the name is free), the
+// garbage collector's deletes of the old Pods make no replacements (no
+// "instance deleted through the API" loop), the old Pods show
+// Terminating, and in the end runc has no instance of the old Revisions
+// left.
 func TestDeleteServiceWithInstances(t *testing.T) {
 	e := newContractEnv(t)
 	const rc = "runc"
@@ -31,8 +34,19 @@ func TestDeleteServiceWithInstances(t *testing.T) {
 	svc.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "3"}
 	svc.Spec.Template.Spec.TimeoutSeconds = ptr.Int64(grace)
 	e.apply(t, svc)
+	var holds []string
+	for _, n := range []string{"hold1", "hold2"} {
+		h := contractService(n, rc, stubborn)
+		h.Spec.Template.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
+		h.Spec.Template.Spec.TimeoutSeconds = ptr.Int64(grace)
+		e.apply(t, h)
+		holds = append(holds, h.Name)
+	}
 	name := svc.Name
 	e.waitReady(t, name)
+	for _, h := range holds {
+		e.waitReady(t, h)
+	}
 	rev := name + "-00001"
 	oldUID := e.kubectl(t, "", "get", "rev", rev, "-o", "jsonpath={.metadata.uid}")
 	instOf := func(sel string) []string {
@@ -57,6 +71,13 @@ func TestDeleteServiceWithInstances(t *testing.T) {
 	if len(old) != 3 {
 		t.Fatalf("instances of %s: %v, want 3", rev, old)
 	}
+	for _, h := range holds {
+		hold := instOf("serving.knative.dev/service=" + h)
+		if len(hold) != 1 {
+			t.Fatalf("instances of %s: %v, want 1", h, hold)
+		}
+		old = append(old, hold...)
+	}
 	isOld := map[string]bool{}
 	for _, id := range old {
 		isOld[id] = true
@@ -78,11 +99,11 @@ func TestDeleteServiceWithInstances(t *testing.T) {
 		}
 		return n
 	}
-	if n := oldLeft(); n != 3 {
+	if n := oldLeft(); n != len(old) {
 		t.Fatalf("runc runs %d of the instances %v (%v)", n, old, runcIDs())
 	}
 
-	e.kubectl(t, "", "delete", "ksvc", name)
+	e.kubectl(t, "", append([]string{"delete", "ksvc"}, append(holds, name)...)...)
 	// At once: the same name again (instances that stop at SIGTERM) and
 	// an unrelated Service.
 	again := contractService("del", rc, corev1.Container{Image: e.infoRef})
