@@ -84,11 +84,18 @@ func TestDeleteServiceWithInstances(t *testing.T) {
 	}
 	runcRoot := filepath.Join(e.k.srv.dir, "runtimes", "runc")
 	runcIDs := func() []string {
-		out, err := exec.Command("runc", "--root", runcRoot, "list", "-q").CombinedOutput()
-		if err != nil {
-			t.Fatalf("runc list: %v\n%s", err, out)
+		// runc list fails when a container's state goes while it lists
+		// (an instance that ends): asked again, a few times.
+		for i := 0; ; i++ {
+			out, err := exec.Command("runc", "--root", runcRoot, "list", "-q").CombinedOutput()
+			if err == nil {
+				return strings.Fields(string(out))
+			}
+			if i == 10 {
+				t.Fatalf("runc list: %v\n%s", err, out)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		return strings.Fields(string(out))
 	}
 	oldLeft := func() int {
 		n := 0
