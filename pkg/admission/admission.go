@@ -200,6 +200,11 @@ func (a *Admitter) admit(ctx context.Context, req Request) (warns []string, errs
 		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
 		errs = append(errs, quota.ValidateLimitRange(obj)...)
 		return nil, errs, nil
+	case *corev1.Service:
+		// Only the server writes Services (the one describing its
+		// ingress): their metadata is checked, their spec is its own.
+		errs = append(errs, apivalidation.ValidateObjectMeta(meta, true, apivalidation.NameIsDNS1035Label, field.NewPath("metadata"))...)
+		return nil, errs, nil
 	case *corev1.Event:
 		return nil, validateCoreEvent(obj), nil
 	case *eventsv1.Event:

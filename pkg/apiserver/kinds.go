@@ -43,6 +43,9 @@ type Kind struct {
 	// Mirror kinds show what the runtime side runs (Pods): only the
 	// server writes them (RunPods); users may read and delete them.
 	Mirror bool
+	// ReadOnly kinds describe knbox itself (its ingress Service): only
+	// the server writes them; users may only read them.
+	ReadOnly bool
 
 	New     func() runtime.Object
 	NewList func() runtime.Object
@@ -305,7 +308,7 @@ func DefaultKinds(alt map[string]map[string]*AltVersion) *Kinds {
 		},
 	}}
 	ks.all = append(ks.all, buildKind())
-	ks.all = append(ks.all, podsKind())
+	ks.all = append(ks.all, podsKind(), ingressKind())
 	ks.all = append(ks.all, authKinds()...)
 	ks.all = append(ks.all, tenantKinds()...)
 	ks.all = append(ks.all, eventKinds()...)

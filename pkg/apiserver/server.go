@@ -111,6 +111,9 @@ type Options struct {
 	// Observe, if not nil, is told about every request once it has ended,
 	// the refused ones included (see RequestRecord).
 	Observe func(RequestRecord)
+	// Ingress, if not nil, is the core/v1 Service that describes knbox's
+	// ingress, stored at Start (with its namespace) and read-only to users.
+	Ingress *corev1.Service
 }
 
 // LogOptions are the query parameters of the log subresource.
@@ -188,6 +191,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	if err := s.startAuth(ctx); err != nil {
+		return err
+	}
+	if err := s.ensureIngress(ctx); err != nil {
 		return err
 	}
 	go func() {
@@ -367,6 +373,14 @@ func (s *Server) serveGroupPath(w http.ResponseWriter, r *http.Request, group st
 		if err := s.serveReview(w, r, req); err != nil {
 			writeError(w, err)
 		}
+		return
+	}
+	if req.kind.ReadOnly && r.Method != http.MethodGet {
+		verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete"}[r.Method]
+		if verb == "" {
+			verb = strings.ToLower(r.Method)
+		}
+		writeError(w, apierrors.NewMethodNotSupported(req.kind.GroupResource(), verb))
 		return
 	}
 	if req.subresource != "" {

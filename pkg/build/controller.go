@@ -84,6 +84,10 @@ type Options struct {
 	Sources *Sources
 	// SourceLimits bound what an archive unpacks to in the workspace.
 	SourceLimits image.ArchiveLimits
+	// Git bounds the clone of a Build's source.git (into the workspace,
+	// with the build pod's network view, before the first step; its
+	// checkout is bounded by SourceLimits).
+	Git GitLimits
 	// Registry, when set, gives the steps credentials for knbox's embedded
 	// registry (see RegistryAccess).
 	Registry *RegistryAccess
@@ -339,6 +343,9 @@ func (c *Controller) reconcile(ctx context.Context, ns, name string) (after time
 	case st.Done && st.Succeeded:
 		c.complete(b, now)
 		b.Status.MarkSucceeded()
+	case st.Done && st.LastFailure != nil && st.LastFailure.Reason == pod.ReasonSeedFailed && b.Spec.Source != nil && b.Spec.Source.Git != nil:
+		c.complete(b, now)
+		b.Status.MarkFailed(ReasonGitCloneFailed, strings.TrimPrefix(st.LastFailure.Message, "volume "+buildv1alpha1.WorkspaceVolume+": "))
 	case st.Done:
 		c.complete(b, now)
 		b.Status.MarkFailed(buildv1alpha1.ReasonBuildFailed, failureMessage(b, st))
@@ -416,6 +423,9 @@ func failureMessage(b *buildv1alpha1.Build, st pod.Status) string {
 func runningMessage(b *buildv1alpha1.Build, st pod.Status) string {
 	if st.Pulling {
 		return "pulling the steps' images"
+	}
+	if len(st.Containers) == 0 && b.Spec.Source != nil && b.Spec.Source.Git != nil {
+		return "cloning " + b.Spec.Source.Git.URL
 	}
 	for i, cs := range st.Containers {
 		if cs.Running != nil && i < len(b.Spec.Steps) {
@@ -503,8 +513,17 @@ func (c *Controller) podSpec(b *buildv1alpha1.Build, id string) (pod.Spec, error
 		GracePeriod: c.opts.StopGrace,
 		Volumes:     []pod.Volume{{Name: buildv1alpha1.WorkspaceVolume, EmptyDir: true}},
 	}
-	if waitsForSource(b) {
+	switch src := b.Spec.Source; {
+	case waitsForSource(b):
 		spec.Volumes[0].Seed = &pod.Seed{Path: c.opts.Sources.path(b.UID), Limits: c.opts.SourceLimits}
+	case src != nil && src.Git != nil:
+		tmp := "" // os.TempDir
+		if c.opts.Sources != nil {
+			tmp = c.opts.Sources.dir
+		}
+		lim := c.opts.SourceLimits
+		lim.What = "git checkout"
+		spec.Volumes[0].Seed = &pod.Seed{Fill: gitSeed(*src.Git, c.opts.Git, lim, tmp)}
 	}
 	for i := range b.Spec.Steps {
 		s := b.Spec.Steps[i].DeepCopy()

@@ -6,11 +6,13 @@
 // default; the operator's seccomp profile, masked paths and limits; the
 // steps' own resource limits), with an emptyDir "workspace" mounted at
 // /workspace in every step, unpacked first from the uploaded source archive
-// when the Build has source.upload (Sources, Controller.Upload). It writes
+// when the Build has source.upload (Sources, Controller.Upload), or cloned
+// from its source.git with the pod's network view (git.go). It writes
 // the Build's status: Succeeded Unknown while it runs, True at the end,
 // False with the failing step's termination message (reason BuildFailed),
 // BuildTimeout when the build ran past its timeout (it is stopped),
-// BuildCannotRun when it could not start, BuildInterrupted when knbox
+// BuildCannotRun when it could not start, GitCloneFailed when its git
+// source could not be cloned, BuildInterrupted when knbox
 // stopped while it ran; start and completion time; each step's state.
 //
 // The steps' output is kept in the log store, in the group BuildLogGroup of

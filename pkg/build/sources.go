@@ -75,7 +75,7 @@ func (s *Sources) keep(uids map[types.UID]bool) {
 	for _, e := range ents {
 		uid, ok := strings.CutSuffix(e.Name(), ".tar")
 		if !ok || !uids[types.UID(uid)] {
-			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+			_ = os.RemoveAll(filepath.Join(s.dir, e.Name())) // a partial upload, or a clone's leftover .git-* directory
 		}
 	}
 }

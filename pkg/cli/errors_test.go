@@ -15,7 +15,8 @@ func TestDidYouMean(t *testing.T) {
 	for _, tt := range []struct{ args, want string }{
 		{"get ksvcs", `the server doesn't have a resource type "ksvcs"; did you mean "ksvc"?`},
 		{"get revison", `the server doesn't have a resource type "revison"; did you mean "revision"?`},
-		{"get svc", `the server doesn't have a resource type "svc"; did you mean "ksvc"?`},
+		// svc is served: core/v1 Services (knative-serving/knbox-ingress).
+		{"get ksv", `the server doesn't have a resource type "ksv"; did you mean "ksvc"?`},
 		{"get Rts", `the server doesn't have a resource type "Rts"; did you mean "rt"?`},
 		{"get runtime", `the server doesn't have a resource type "runtime"; did you mean "runtimeclass"?`},
 		{"get statefulsets", `the server doesn't have a resource type "statefulsets"`},

@@ -33,6 +33,13 @@ type Builds struct {
 	// DefaultMaxBuildSourceFiles.
 	MaxSourceBytes int64 `json:"maxSourceBytes,omitempty"`
 	MaxSourceFiles int64 `json:"maxSourceFiles,omitempty"`
+	// GitTimeout bounds the clone of a Build's source.git (fetch and
+	// checkout); 0 means DefaultBuildGitTimeout. The checkout is bounded by
+	// MaxSourceBytes and MaxSourceFiles, as an upload is.
+	GitTimeout Duration `json:"gitTimeout,omitempty"`
+	// MaxGitFetchBytes bounds the bytes a source.git clone reads from the
+	// network; 0 means DefaultMaxBuildGitFetchBytes.
+	MaxGitFetchBytes int64 `json:"maxGitFetchBytes,omitempty"`
 }
 
 // The builds' defaults: knative/build's 10 minutes, and a day at most.
@@ -44,6 +51,9 @@ const (
 	DefaultMaxBuildUploadBytes = 256 << 20
 	DefaultMaxBuildSourceBytes = 1 << 30
 	DefaultMaxBuildSourceFiles = 100000
+
+	DefaultBuildGitTimeout       = Duration(5 * time.Minute)
+	DefaultMaxBuildGitFetchBytes = 512 << 20
 )
 
 func (b *Builds) applyDefaults() {
@@ -62,6 +72,12 @@ func (b *Builds) applyDefaults() {
 	if b.MaxSourceFiles == 0 {
 		b.MaxSourceFiles = DefaultMaxBuildSourceFiles
 	}
+	if b.GitTimeout == 0 {
+		b.GitTimeout = DefaultBuildGitTimeout
+	}
+	if b.MaxGitFetchBytes == 0 {
+		b.MaxGitFetchBytes = DefaultMaxBuildGitFetchBytes
+	}
 }
 
 func (b *Builds) validate() error {
@@ -75,10 +91,13 @@ func (b *Builds) validate() error {
 	for _, n := range []struct {
 		key string
 		v   int64
-	}{{"maxUploadBytes", b.MaxUploadBytes}, {"maxSourceBytes", b.MaxSourceBytes}, {"maxSourceFiles", b.MaxSourceFiles}} {
+	}{{"maxUploadBytes", b.MaxUploadBytes}, {"maxSourceBytes", b.MaxSourceBytes}, {"maxSourceFiles", b.MaxSourceFiles}, {"maxGitFetchBytes", b.MaxGitFetchBytes}} {
 		if n.v < 1 {
 			return fmt.Errorf("builds.%s: must be positive, was %d", n.key, n.v)
 		}
+	}
+	if b.GitTimeout < Duration(time.Second) {
+		return fmt.Errorf("builds.gitTimeout: must be at least 1s, was %s", time.Duration(b.GitTimeout))
 	}
 	if len(b.Registries) > maxBuildRegistries {
 		return fmt.Errorf("builds.registries: at most %d, was %d", maxBuildRegistries, len(b.Registries))

@@ -74,7 +74,8 @@ func TestDefaults(t *testing.T) {
 			SampleInterval: DefaultConsoleSampleInterval, Samples: DefaultConsoleSamples}},
 		ClusterDomain: "cluster.local",
 		Builds: Builds{DefaultTimeout: DefaultBuildTimeout, MaxTimeout: DefaultMaxBuildTimeout, MaxUploadBytes: DefaultMaxBuildUploadBytes,
-			MaxSourceBytes: DefaultMaxBuildSourceBytes, MaxSourceFiles: DefaultMaxBuildSourceFiles},
+			MaxSourceBytes: DefaultMaxBuildSourceBytes, MaxSourceFiles: DefaultMaxBuildSourceFiles,
+			GitTimeout: DefaultBuildGitTimeout, MaxGitFetchBytes: DefaultMaxBuildGitFetchBytes},
 		Registry: Registry{Addr: DefaultRegistryAddr, Names: []string{DefaultRegistryName}, MaxBlobBytes: DefaultRegistryMaxBlobBytes,
 			MaxManifestBytes: DefaultRegistryMaxManifest, MaxUploads: DefaultRegistryMaxUploads,
 			UploadTTL: Duration(DefaultRegistryUploadTTL), BlobGrace: Duration(DefaultRegistryBlobGrace)},
@@ -630,6 +631,8 @@ func FuzzLoad(f *testing.F) {
 			"builds.maxUploadBytes":                c.Builds.MaxUploadBytes,
 			"builds.maxSourceBytes":                c.Builds.MaxSourceBytes,
 			"builds.maxSourceFiles":                c.Builds.MaxSourceFiles,
+			"builds.gitTimeout":                    int64(c.Builds.GitTimeout),
+			"builds.maxGitFetchBytes":              c.Builds.MaxGitFetchBytes,
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)

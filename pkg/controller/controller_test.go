@@ -431,3 +431,38 @@ func TestClusterDomain(t *testing.T) {
 		t.Errorf("public url %s", got.Status.URL)
 	}
 }
+
+// TestDrainingRevisionsHoldNoWorker: a deleted revision whose instances
+// take minutes to stop does not keep the workers (two here) from the other
+// revisions (seen running Knative's conformance tests: new Services waited
+// for old ones' grace periods).
+func TestDrainingRevisionsHoldNoWorker(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	svcs := e.client.ServingV1().Services("default")
+	for _, n := range []string{"draining-a", "draining-b", "draining-c"} {
+		if _, err := svcs.Create(ctx, ksvc(n, "example.com/hello:v1"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.readyAt(n, n+"-00001")
+	}
+	for _, n := range []string{"draining-a", "draining-b", "draining-c"} {
+		if err := svcs.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the deleted revisions handed to the runtime", func() error {
+		e.rt.mu.Lock()
+		defer e.rt.mu.Unlock()
+		for _, n := range []string{"draining-a", "draining-b", "draining-c"} {
+			if !e.rt.removed["default/"+n+"-00001"] {
+				return fmt.Errorf("%s not removed", n)
+			}
+		}
+		return nil
+	})
+	if _, err := svcs.Create(ctx, ksvc("after", "example.com/hello:v1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.readyAt("after", "after-00001")
+}

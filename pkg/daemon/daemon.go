@@ -249,6 +249,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		MaxTokenExpiration:   time.Duration(cfg.ServiceAccounts.MaxTokenExpirationSeconds) * time.Second,
 		Metrics:              mtr.Handler(),
 		Observe:              observeAPI(mtr),
+		Ingress:              ingressService(socks.Listener("http").Addr(), listenerAddr(socks.Listener("https"))),
 		Extensions: map[string]http.Handler{
 			"images": image.Handler(images, func(context.Context) ([]string, error) {
 				if c := ctl.Load(); c != nil {
@@ -542,6 +543,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Registry:            buildRegistry,
 		SourceLimits: image.ArchiveLimits{What: "source archive", MaxBytes: cfg.Builds.MaxSourceBytes, MaxFiles: cfg.Builds.MaxSourceFiles,
 			BytesKey: "builds.maxSourceBytes", FilesKey: "builds.maxSourceFiles"},
+		Git:    build.GitLimits{Timeout: time.Duration(cfg.Builds.GitTimeout), MaxFetchBytes: cfg.Builds.MaxGitFetchBytes},
 		Logger: log.With("component", "build"),
 	})
 	if err != nil {

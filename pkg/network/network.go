@@ -237,6 +237,26 @@ func (n *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err := checkAddr(network, addr, true); err != nil {
 		return nil, fmt.Errorf("dial %s in netns %s: %w", addr, n.Name, err)
 	}
+	return n.dial(ctx, network, addr)
+}
+
+// DialIP connects to addr, an IP literal and a port, from inside the
+// namespace, over tcp or udp: it reaches what a process of the namespace
+// reaches (its loopback, and the outside only through its egress), never
+// what only the host reaches. Names are not resolved here.
+func (n *NS) DialIP(ctx context.Context, network, addr string) (net.Conn, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+	default:
+		return nil, fmt.Errorf("dial %s in netns %s: network %q: only tcp and udp", addr, n.Name, network)
+	}
+	if ap, err := netip.ParseAddrPort(addr); err != nil || ap.Addr().Zone() != "" {
+		return nil, fmt.Errorf("dial %s in netns %s: want an IP address and a port (names are not resolved here)", addr, n.Name)
+	}
+	return n.dial(ctx, network, addr)
+}
+
+func (n *NS) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
 	err := n.in(func(leave func() error) error {
 		sockets := 0

@@ -319,6 +319,8 @@ func (p *pod) startFailed(err error) {
 		f = &Failure{Reason: ReasonImagePullBackOff, Message: fmt.Sprintf("Back-off pulling image %q: %v", pe.ref, pe.err), At: f.At}
 	case IsConfigError(err):
 		f = &Failure{Reason: ReasonCreateContainerConfig, Message: err.Error(), At: f.At}
+	case errors.As(err, new(*SeedError)):
+		f = &Failure{Reason: ReasonSeedFailed, Message: err.Error(), At: f.At}
 	}
 	p.log.Warn("pod failed to start", "reason", f.Reason, "err", err)
 	p.rt.event(Event{Pod: p.spec.ID, Reason: EventFailed, Message: f.Message, Warning: true})
@@ -455,7 +457,7 @@ func (p *pod) prepare(ctx context.Context) error {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
 	}
-	if err := p.prepareVolumes(); err != nil {
+	if err := p.prepareVolumes(ctx); err != nil {
 		return err
 	}
 	p.prepared = true
@@ -478,7 +480,7 @@ func (p *pod) newCtrs() []*ctr {
 
 // prepareVolumes makes the volumes' directories under volumes/<index>: an
 // emptyDir writable by everyone, a files volume laid out by writeVolume.
-func (p *pod) prepareVolumes() error {
+func (p *pod) prepareVolumes(ctx context.Context) error {
 	p.volMu.Lock()
 	defer p.volMu.Unlock()
 	if p.vols != nil {
@@ -504,7 +506,12 @@ func (p *pod) prepareVolumes() error {
 			}
 		}
 		if v.Seed != nil {
-			if err := seed(vdir, v.Seed); err != nil {
+			err := p.seed(ctx, vdir, v.Seed)
+			var se *SeedError
+			switch {
+			case errors.As(err, &se):
+				return &SeedError{fmt.Errorf("volume %s: %w", v.Name, se.Err)}
+			case err != nil:
 				return &ConfigError{fmt.Errorf("volume %s: %w", v.Name, err)}
 			}
 		}
@@ -520,6 +527,20 @@ func (p *pod) prepareVolumes() error {
 	}
 	p.vols = vols
 	return nil
+}
+
+// seed fills an emptyDir from its Seed; a Stop of the pod ends it.
+func (p *pod) seed(ctx context.Context, dir string, s *Seed) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return seed(ctx, dir, s, SeedNet{NS: p.nsOf(), Nameservers: p.rt.opts.Nameservers})
 }
 
 // updateVolume records a files volume's new content and writes it if the

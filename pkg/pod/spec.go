@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/network"
 )
 
 // Spec is a pod to run, fully resolved: no reference in it needs an API to
@@ -90,11 +92,34 @@ type Volume struct {
 }
 
 // Seed is a tar archive (plain or gzip) and the bounds of what it unpacks
-// to (see image.UnpackArchive).
+// to (see image.UnpackArchive), or a Fill function.
 type Seed struct {
 	Path   string              `json:"path"`
 	Limits image.ArchiveLimits `json:"limits"`
+	// Fill, when set, fills the directory instead of the archive at Path
+	// (a build's git source). It runs in knbox, once the pod's network
+	// namespace exists and before any container starts, and is given that
+	// namespace as the pod's own network view: what it fetches, it fetches
+	// as the pod's containers would. Its error fails the pod with reason
+	// ReasonSeedFailed. A Sequential pod is not recovered, so the function
+	// need not survive a restart (it is not kept).
+	Fill func(ctx context.Context, dir string, net SeedNet) error `json:"-"`
 }
+
+// SeedNet is the pod's network view given to Seed.Fill.
+type SeedNet struct {
+	// NS is the pod's network namespace.
+	NS *network.NS
+	// Nameservers are the name servers the pod's resolv.conf names (IP
+	// addresses, reached from inside NS; none without egress).
+	Nameservers []string
+}
+
+// SeedError is a seed that failed to fill its volume.
+type SeedError struct{ Err error }
+
+func (e *SeedError) Error() string { return e.Err.Error() }
+func (e *SeedError) Unwrap() error { return e.Err }
 
 // File is one file of a volume.
 type File struct {

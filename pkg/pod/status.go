@@ -23,6 +23,9 @@ const (
 	// ReasonUnhealthy: the liveness probe failed and the containers were
 	// restarted.
 	ReasonUnhealthy = "Unhealthy"
+	// ReasonSeedFailed: a volume's Seed.Fill failed (a build's git
+	// source could not be cloned); the message says why.
+	ReasonSeedFailed = "SeedFailed"
 	// ReasonEvicted: the pod used more local storage than its limits
 	// (ephemeral.go); it was killed and starts again, as a new pod would.
 	ReasonEvicted = "Evicted"

@@ -172,16 +172,22 @@ var errDiffers = errors.New("differs")
 // seedTimeout bounds unpacking a seed archive.
 const seedTimeout = 10 * time.Minute
 
-// seed unpacks an emptyDir's seed archive into it (made afresh: a pod that
-// prepares again, after a restart of its containers, keeps what its
-// containers wrote).
-func seed(dir string, s *Seed) error {
+// seed unpacks an emptyDir's seed archive into it, or runs its Fill with
+// the pod's network view (made afresh: a pod that prepares again, after a
+// restart of its containers, keeps what its containers wrote).
+func seed(ctx context.Context, dir string, s *Seed, net SeedNet) error {
+	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
+	defer cancel()
+	if s.Fill != nil {
+		if err := s.Fill(ctx, dir, net); err != nil {
+			return &SeedError{err}
+		}
+		return nil
+	}
 	f, err := os.Open(s.Path)
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
 	defer f.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
-	defer cancel()
 	return image.UnpackArchive(ctx, dir, f, s.Limits)
 }

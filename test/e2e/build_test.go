@@ -36,12 +36,18 @@ type buildEnv struct {
 	pusher string
 }
 
-func newBuildEnv(t *testing.T) *buildEnv {
+// newBuildEnv starts it; relayed are more loopback addresses of the host
+// that builds reach (as builds.registries).
+func newBuildEnv(t *testing.T, relayed ...string) *buildEnv {
 	t.Helper()
 	requireTool(t, "runc")
 	reg := imagetest.StartRegistry(t)
 	cfg := filepath.Join(t.TempDir(), "knbox.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("builds:\n  registries: [%q]\n  maxUploadBytes: %d\n", reg, buildUploadLimit)), 0o644); err != nil {
+	regs := fmt.Sprintf("%q", reg)
+	for _, r := range relayed {
+		regs += fmt.Sprintf(", %q", r)
+	}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("builds:\n  registries: [%s]\n  maxUploadBytes: %d\n", regs, buildUploadLimit)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	k := newKubectl(t, "--config", cfg)

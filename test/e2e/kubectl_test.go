@@ -81,12 +81,20 @@ func TestKubectlApplyGetPatchDelete(t *testing.T) {
 		t.Errorf("apply change: %s", out)
 	}
 	// The control plane turns the Service into a Configuration, a
-	// Revision per generation and a Route with a URL on the data plane.
-	deadline := time.Now().Add(60 * time.Second)
+	// Revision of the latest template and a Route with a URL on the data
+	// plane. (Which Revision name holds v2 depends on timing: when the
+	// Service controller first runs after both applies, the Configuration
+	// starts at v2 and hello-00001 has it, as on a cluster.)
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		out := k.must("", "get", "ksvc,cfg,rev,rt", "-o", "name")
 		url, _ := k.run("", "get", "ksvc", "hello", "-o", "jsonpath={.status.url}")
-		if strings.Contains(out, "revision.serving.knative.dev/hello-00002") && strings.Contains(out, "route.serving.knative.dev/hello") &&
+		latest, _ := k.run("", "get", "ksvc", "hello", "-o", "jsonpath={.status.latestCreatedRevisionName}")
+		image := ""
+		if latest != "" {
+			image, _ = k.run("", "get", "rev", latest, "-o", "jsonpath={.spec.containers[0].image}")
+		}
+		if image == "127.0.0.1:1/hello:v2" && strings.Contains(out, "route.serving.knative.dev/hello") &&
 			strings.HasPrefix(url, "http://hello.default.localhost:") {
 			break
 		}

@@ -22,7 +22,7 @@ type Build struct {
 // BuildSpec is what a Build runs.
 type BuildSpec struct {
 	// Source is where the workspace's content comes from before the first
-	// step: an upload (see the package documentation).
+	// step: a git repository or an upload (see the package documentation).
 	Source *SourceSpec `json:"source,omitempty"`
 	// Steps are the containers run in order; each must exit 0 for the
 	// next to start.
@@ -40,8 +40,8 @@ type BuildSpec struct {
 
 // SourceSpec is the source of a build: exactly one of its fields.
 type SourceSpec struct {
-	// Git is a repository to clone into the workspace (the seed era's
-	// source; refused by knbox, see the package documentation).
+	// Git is a repository to clone into the workspace (see the package
+	// documentation).
 	Git *GitSourceSpec `json:"git,omitempty"`
 	// Upload is an archive uploaded to the Build's source subresource.
 	Upload *UploadSourceSpec `json:"upload,omitempty"`
@@ -53,7 +53,10 @@ type UploadSourceSpec struct{}
 
 // GitSourceSpec is a git repository and revision.
 type GitSourceSpec struct {
-	URL      string `json:"url"`
+	// URL is the repository, http or https.
+	URL string `json:"url"`
+	// Revision is a branch, tag, commit or full ref name ("": the
+	// remote's HEAD).
 	Revision string `json:"revision,omitempty"`
 }
 

@@ -27,10 +27,16 @@
 //     builds.maxSourceBytes and builds.maxSourceFiles, as safely as an
 //     image layer) and runs the steps. One upload per Build, before it
 //     starts (409 after).
-//   - source.git is refused with a message that says what to do instead: a
-//     git source needs the network and a git client that knbox does not
-//     ship; a first step from an image with git does the same where the
-//     network is reachable (egress on).
+//   - source.git {url, revision}: knbox clones url (http or https; no
+//     credentials in it) into /workspace before the first step, with the
+//     build's own network view (see package build), bounded by
+//     builds.gitTimeout, builds.maxGitFetchBytes, builds.maxSourceBytes and
+//     builds.maxSourceFiles. revision is what Knative Build's git source
+//     took: a branch, a tag or a commit (7 to 40 hex digits), or a full ref
+//     name; "" is the remote's HEAD (knative/build's git-init defaulted to
+//     "master", the HEAD of its day). The workspace holds the revision's
+//     files, not a .git directory. A clone that fails fails the Build with
+//     reason GitCloneFailed and a message naming the URL and the error.
 //   - timeout defaults to the operator's builds.defaultTimeout and may not
 //     exceed builds.maxTimeout (pkg/config); the checks here only refuse a
 //     timeout that is not positive.

@@ -2,7 +2,9 @@ package v1alpha1
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -90,11 +92,7 @@ func (s *BuildSpec) Validate(ctx context.Context) *apis.FieldError {
 		case src.Git != nil && src.Upload != nil:
 			errs = errs.Also(apis.ErrMultipleOneOf("source.git", "source.upload"))
 		case src.Git != nil:
-			errs = errs.Also(&apis.FieldError{
-				Message: "knbox does not clone git sources",
-				Paths:   []string{"source.git"},
-				Details: "use source.upload, or a first step whose image has git: git clone URL /workspace",
-			})
+			errs = errs.Also(src.Git.Validate().ViaField("source.git"))
 		case src.Upload == nil:
 			errs = errs.Also(apis.ErrMissingOneOf("source.upload"))
 		}
@@ -208,4 +206,98 @@ func validateStep(i int, s *BuildSpec, vols, names map[string]bool) *apis.FieldE
 		}
 	}
 	return errs
+}
+
+// Bounds of a git source's fields.
+const (
+	maxGitURL      = 2048
+	maxGitRevision = 255
+)
+
+// Validate checks a git source: an http or https URL without credentials,
+// and a revision that is a branch, tag, commit or full ref name.
+func (g *GitSourceSpec) Validate() *apis.FieldError {
+	var errs *apis.FieldError
+	if g.URL == "" {
+		errs = errs.Also(apis.ErrMissingField("url"))
+	} else if err := CheckGitURL(g.URL); err != nil {
+		errs = errs.Also(apis.ErrInvalidValue(truncate(g.URL, 100), "url", err.Error()))
+	}
+	if err := CheckGitRevision(g.Revision); err != nil {
+		errs = errs.Also(apis.ErrInvalidValue(truncate(g.Revision, 100), "revision", err.Error()))
+	}
+	return errs
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// CheckGitURL tells whether knbox clones u: an http or https URL with a
+// host, no credentials (they would be stored in the spec for anyone who
+// reads the Build), at most 2048 bytes. Other schemes (ssh, git, file) are
+// refused: knbox's clone speaks http and https only.
+func CheckGitURL(u string) error {
+	if len(u) > maxGitURL {
+		return fmt.Errorf("longer than %d bytes", maxGitURL)
+	}
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case p.Scheme != "http" && p.Scheme != "https":
+		return errors.New("knbox clones http and https URLs only")
+	case p.Host == "" || p.Hostname() == "":
+		return errors.New("the URL has no host")
+	case p.User != nil:
+		return errors.New("credentials do not belong in the URL (the spec is readable by anyone who reads the Build)")
+	case p.Opaque != "":
+		return errors.New("not a hierarchical URL")
+	}
+	return nil
+}
+
+// CheckGitRevision tells whether r names a revision the way knbox fetches
+// it: "" (the remote's HEAD), a branch or tag name, a commit (hex, 7 to 40
+// digits) or a full ref name ("refs/..."), in git's ref name rules.
+func CheckGitRevision(r string) error {
+	if r == "" {
+		return nil
+	}
+	if len(r) > maxGitRevision {
+		return fmt.Errorf("longer than %d bytes", maxGitRevision)
+	}
+	if strings.HasPrefix(r, "-") || strings.HasPrefix(r, "/") || strings.HasSuffix(r, "/") ||
+		strings.HasSuffix(r, ".") || strings.HasSuffix(r, ".lock") ||
+		strings.Contains(r, "..") || strings.Contains(r, "//") || strings.Contains(r, "@{") || r == "@" {
+		return errors.New("not a valid branch, tag or commit name")
+	}
+	for _, c := range r {
+		if c < 0x20 || c == 0x7f || strings.ContainsRune(" ~^:?*[\\", c) {
+			return fmt.Errorf("%q is not allowed in a branch, tag or commit name", c)
+		}
+	}
+	for _, part := range strings.Split(r, "/") {
+		if strings.HasPrefix(part, ".") {
+			return errors.New("a component of the name starts with '.'")
+		}
+	}
+	return nil
+}
+
+// IsCommitRevision tells whether r may name a commit: 7 to 40 hex digits.
+// (A branch or tag may have such a name too; the clone tries them first.)
+func IsCommitRevision(r string) bool {
+	if len(r) < 7 || len(r) > 40 {
+		return false
+	}
+	for _, c := range r {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

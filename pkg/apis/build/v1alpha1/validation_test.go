@@ -67,7 +67,25 @@ func TestValidate(t *testing.T) {
 		{"hostPath", func(b *Build) {
 			b.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
 		}, "spec.volumes[0]"},
-		{"git source", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://x"}} }, "spec.source.git"},
+		{"git without url", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{}} }, "spec.source.git.url"},
+		{"git ssh url", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "ssh://git@example.com/a.git"}} }, "spec.source.git.url"},
+		{"git file url", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "file:///etc"}} }, "spec.source.git.url"},
+		{"git url credentials", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://u:p@example.com/a.git"}}
+		}, "spec.source.git.url"},
+		{"git url no host", func(b *Build) { b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https:///a.git"}} }, "spec.source.git.url"},
+		{"git url too long", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://example.com/" + strings.Repeat("a", 3000)}}
+		}, "spec.source.git.url"},
+		{"git revision option", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://example.com/a.git", Revision: "--upload-pack=x"}}
+		}, "spec.source.git.revision"},
+		{"git revision range", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://example.com/a.git", Revision: "main..dev"}}
+		}, "spec.source.git.revision"},
+		{"git revision space", func(b *Build) {
+			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://example.com/a.git", Revision: "a b"}}
+		}, "spec.source.git.revision"},
 		{"empty source", func(b *Build) { b.Spec.Source = &SourceSpec{} }, "spec.source.upload"},
 		{"two sources", func(b *Build) {
 			b.Spec.Source = &SourceSpec{Git: &GitSourceSpec{URL: "https://x"}, Upload: &UploadSourceSpec{}}
@@ -109,12 +127,51 @@ func TestSpecIsImmutable(t *testing.T) {
 	}
 }
 
+func TestGitSourceAccepted(t *testing.T) {
+	for _, g := range []GitSourceSpec{
+		{URL: "https://example.com/a.git"}, {URL: "http://127.0.0.1:8080/a.git", Revision: "main"},
+		{URL: "https://example.com/a", Revision: "v1.2.3"}, {URL: "https://example.com/a", Revision: "feature/x-1"},
+		{URL: "https://example.com/a", Revision: "refs/tags/v1"}, {URL: "https://example.com/a", Revision: "0123abc"},
+		{URL: "https://example.com/a", Revision: strings.Repeat("ab", 20)},
+	} {
+		b := okBuild()
+		b.Spec.Source = &SourceSpec{Git: &g}
+		if err := b.Validate(apis.WithinCreate(context.Background())); err != nil {
+			t.Errorf("%+v: %v", g, err)
+		}
+	}
+}
+
+// FuzzGitSource: any URL and revision are checked without a panic, and
+// what is accepted keeps to the rules the clone relies on.
+func FuzzGitSource(f *testing.F) {
+	for _, s := range [][2]string{
+		{"https://example.com/a.git", ""}, {"http://127.0.0.1:1/a", "main"}, {"file:///etc", "-x"},
+		{"https://u:p@h/a", "a..b"}, {"https://h/a", "refs/heads/x"}, {"https://h/a", "0123abcdef"},
+		{"http://[::1]:80/a", "x@{1}"}, {"https:h", ".hidden/x"}, {"https://h/%zz", "a\x00"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, u, rev string) {
+		g := &GitSourceSpec{URL: u, Revision: rev}
+		_ = g.Validate()
+		if CheckGitURL(u) == nil && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(strings.ToLower(u), "http") {
+			t.Errorf("accepted URL %q", u)
+		}
+		if CheckGitRevision(rev) == nil && (len(rev) > maxGitRevision || strings.Contains(rev, "..") || strings.HasPrefix(rev, "-")) {
+			t.Errorf("accepted revision %q", rev)
+		}
+		_ = IsCommitRevision(rev)
+	})
+}
+
 // FuzzBuild: any JSON body decodes, defaults and validates without a panic.
 func FuzzBuild(f *testing.F) {
 	seed, _ := json.Marshal(okBuild())
 	f.Add(seed)
 	f.Add([]byte(`{"spec":{"steps":[{"name":"a","image":"x","env":[{"name":"1","valueFrom":{}}]}],"timeout":"-1s"}}`))
 	f.Add([]byte(`{"spec":{"volumes":[{"name":"workspace"},{"name":"v"}],"source":{"git":{"url":""}}}}`))
+	f.Add([]byte(`{"spec":{"steps":[{"name":"a","image":"x"}],"source":{"git":{"url":"https://h/a.git","revision":"v1"}}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b Build
 		if json.Unmarshal(data, &b) != nil {

@@ -39,6 +39,7 @@ var roots = []string{
 	"io.k8s.api.core.v1.Secret", "io.k8s.api.core.v1.SecretList",
 	"io.k8s.api.core.v1.ConfigMap", "io.k8s.api.core.v1.ConfigMapList",
 	"io.k8s.api.core.v1.Pod", "io.k8s.api.core.v1.PodList",
+	"io.k8s.api.core.v1.Service", "io.k8s.api.core.v1.ServiceList",
 	"io.k8s.api.core.v1.ServiceAccount", "io.k8s.api.core.v1.ServiceAccountList",
 	"io.k8s.api.core.v1.ResourceQuota", "io.k8s.api.core.v1.ResourceQuotaList",
 	"io.k8s.api.core.v1.LimitRange", "io.k8s.api.core.v1.LimitRangeList",
