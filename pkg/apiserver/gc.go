@@ -174,27 +174,45 @@ func (s *Server) gcPass(ctx context.Context) (changed bool, err error) {
 // ownerExists verifies an owner by a live lookup, so an owner created after
 // the pass took its snapshot is not mistaken for a deleted one.
 func (s *Server) ownerExists(namespace string, ref metav1.OwnerReference) bool {
+	_, ok, _ := s.owner(namespace, ref)
+	return ok
+}
+
+// owner reads the metadata of the owner ref refers to; false when it does
+// not exist (or another object of its name does); err when it cannot be
+// read.
+func (s *Server) owner(namespace string, ref metav1.OwnerReference) (mo metaOnly, ok bool, err error) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return false
+		return mo, false, nil
 	}
 	k := s.kinds.ByKind(gv.Group, ref.Kind)
 	if k == nil {
-		return false
+		return mo, false, nil
 	}
 	ns := namespace
 	if !k.Namespaced {
 		ns = ""
 	}
 	e, err := s.store.Get(s.key(k, ns, ref.Name))
+	if errors.Is(err, store.ErrNotFound) {
+		return mo, false, nil
+	}
 	if err != nil {
-		return false
+		return mo, false, err
 	}
-	var mo metaOnly
-	if json.Unmarshal(e.Value, &mo) != nil {
-		return false
+	if err := json.Unmarshal(e.Value, &mo); err != nil {
+		return mo, false, err
 	}
-	return mo.Metadata.UID == ref.UID
+	return mo, mo.Metadata.UID == ref.UID, nil
+}
+
+// ownerLive tells whether an owner exists (by a live lookup, with the UID
+// referred to) and is not being deleted. An owner that cannot be read
+// counts as live: the caller then does what it does for a live one.
+func (s *Server) ownerLive(namespace string, ref metav1.OwnerReference) bool {
+	mo, ok, err := s.owner(namespace, ref)
+	return err != nil || ok && mo.Metadata.DeletionTimestamp == nil
 }
 
 // modify reads, changes and writes back one object, skipping admission.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -34,6 +35,11 @@ type PodSource interface {
 	// DeletePod stops one instance gracefully, in the background (its
 	// Revision replaces it). Idempotent.
 	DeletePod(namespace, name string) error
+	// OwnerGone stops one instance gracefully, in the background, because
+	// its owner (of UID owner, the Revision) is gone or going: nothing
+	// replaces it, as on a cluster a ReplicaSet that is deleted makes no
+	// more pods. Idempotent.
+	OwnerGone(namespace, name string, owner types.UID) error
 	// SubscribePods registers f, called without blocking whenever an
 	// instance is made, changes or ends.
 	SubscribePods(f func(namespace, name string))
@@ -222,6 +228,10 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
+		if err == nil && len(obj.(*corev1.Pod).OwnerReferences) > 0 {
+			// An owner deleted in the foreground waits for its Pods.
+			s.gc.Add(gcKey)
+		}
 		return err
 	case !stored:
 		if err := s.checkNamespace(k, ns, name); err != nil {
@@ -249,7 +259,14 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 	}
 	cur := obj.(*corev1.Pod)
 	if cur.DeletionTimestamp != nil && !(want.DeletionTimestamp != nil && cur.DeletionTimestamp.Equal(want.DeletionTimestamp)) {
-		if err := s.pods.DeletePod(ns, name); err != nil {
+		// Deleted by a user (kubectl delete pod): the instance is
+		// replaced. Deleted with its owner (the garbage collector
+		// deleting the Pods of a deleted Revision): it is not.
+		stop := func() error { return s.pods.DeletePod(ns, name) }
+		if ref := metav1.GetControllerOf(cur); ref != nil && !s.ownerLive(ns, *ref) {
+			stop = func() error { return s.pods.OwnerGone(ns, name, ref.UID) }
+		}
+		if err := stop(); err != nil {
 			return fmt.Errorf("stop instance: %w", err)
 		}
 		if again, ok := s.pods.Pod(ns, name); ok {

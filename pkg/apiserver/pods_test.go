@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
@@ -28,11 +30,13 @@ type fakePods struct {
 	mu      sync.Mutex
 	pods    map[string]*corev1.Pod
 	deleted map[string]int
-	subs    []func(ns, name string)
+	// ownerGone counts OwnerGone calls.
+	ownerGone map[string]int
+	subs      []func(ns, name string)
 }
 
 func newFakePods() *fakePods {
-	return &fakePods{pods: map[string]*corev1.Pod{}, deleted: map[string]int{}}
+	return &fakePods{pods: map[string]*corev1.Pod{}, deleted: map[string]int{}, ownerGone: map[string]int{}}
 }
 
 func (f *fakePods) Pods() []*corev1.Pod {
@@ -58,6 +62,13 @@ func (f *fakePods) Pod(ns, name string) (*corev1.Pod, bool) {
 func (f *fakePods) DeletePod(ns, name string) error {
 	f.mu.Lock()
 	f.deleted[ns+"/"+name]++
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakePods) OwnerGone(ns, name string, _ types.UID) error {
+	f.mu.Lock()
+	f.ownerGone[ns+"/"+name]++
 	f.mu.Unlock()
 	return nil
 }
@@ -408,5 +419,83 @@ func TestTokenBoundToPod(t *testing.T) {
 	poll(t, "the token refused once the pod is gone", func() bool {
 		code, _ := e.do(tr.Status.Token, "GET", "/apis", "")
 		return code == 401
+	})
+}
+
+func (f *fakePods) ownerGones(ns, name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ownerGone[ns+"/"+name]
+}
+
+// TestPodsOfDeletedRevision: a Pod deleted by a user while its Revision
+// lives stops its instance to be replaced (DeletePod); the Pods the
+// garbage collector deletes with their Revision stop theirs with nothing
+// in their place (OwnerGone), as a deleted ReplicaSet makes no more pods.
+func TestPodsOfDeletedRevision(t *testing.T) {
+	api := apiservertest.StartWith(t, apiservertest.Options{User: "alice@example.com"})
+	e := startEnvFrom(t, api)
+	src := newFakePods()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); api.Server.RunPods(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pods := e.kube.CoreV1().Pods("default")
+	revs := e.serving.ServingV1().Revisions("default")
+
+	owned := func(podName, revName string) *corev1.Pod {
+		rev := &servingv1.Revision{ObjectMeta: metav1.ObjectMeta{Name: revName, Namespace: "default"}}
+		rev.Spec.Containers = []corev1.Container{{Image: "img"}}
+		rev, err := revs.Create(ctx, rev, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := instancePod(podName, "svc", true)
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "serving.knative.dev/v1", Kind: "Revision",
+			Name: rev.Name, UID: rev.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		src.set(p)
+		poll(t, "pod "+podName+" mirrored", func() bool {
+			_, err := pods.Get(ctx, podName, metav1.GetOptions{})
+			return err == nil
+		})
+		return p
+	}
+	live := owned("live-00001-deployment-aaaaaaaa", "live-00001")
+	gone := owned("gone-00001-deployment-bbbbbbbb", "gone-00001")
+	fg := owned("fg-00001-deployment-cccccccc", "fg-00001")
+
+	if err := pods.Delete(ctx, live.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the user's delete to stop the instance", func() bool { return src.deletes("default", live.Name) > 0 })
+	if n := src.ownerGones("default", live.Name); n != 0 {
+		t.Errorf("a Pod deleted by a user while its Revision lives: %d OwnerGone, want DeletePod only", n)
+	}
+
+	if err := revs.Delete(ctx, "gone-00001", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the collected Pod's instance to stop", func() bool { return src.ownerGones("default", gone.Name) > 0 })
+	// Foreground: the Revision stays (deleting) until its Pods are gone;
+	// they are not replaced either.
+	fgp := metav1.DeletePropagationForeground
+	if err := revs.Delete(ctx, "fg-00001", metav1.DeleteOptions{PropagationPolicy: &fgp}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the foreground-collected Pod's instance to stop", func() bool { return src.ownerGones("default", fg.Name) > 0 })
+	for _, p := range []*corev1.Pod{gone, fg} {
+		if n := src.deletes("default", p.Name); n != 0 {
+			t.Errorf("pod %s of a deleted Revision: %d DeletePod (replaced), want OwnerGone only", p.Name, n)
+		}
+		src.remove("default", p.Name)
+	}
+	poll(t, "the Pods gone", func() bool {
+		_, e1 := pods.Get(ctx, gone.Name, metav1.GetOptions{})
+		_, e2 := pods.Get(ctx, fg.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2)
+	})
+	poll(t, "the foreground-deleted Revision gone", func() bool {
+		_, err := revs.Get(ctx, "fg-00001", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
 	})
 }

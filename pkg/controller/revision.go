@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,20 +12,14 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
-// removeWait is how long a worker waits for a deleted revision's
-// instances to be gone before it requeues the revision.
-const removeWait = 2 * time.Second
-
 func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) error {
 	cur, err := c.revisions.Revisions(ns).Get(name)
 	if apierrors.IsNotFound(err) || err == nil && cur.DeletionTimestamp != nil {
+		// The runtime first: without the autoscaler's scale a revision
+		// would want its initial scale again meanwhile.
+		err := c.opts.Runtime.Remove(ns, name)
 		c.opts.Scaler.Delete(ns, name)
-		// The instances drain for up to their grace period (minutes):
-		// a worker waits a little, then the key comes back later, so
-		// that a deleted revision never holds up the others.
-		rctx, cancel := context.WithTimeout(ctx, removeWait)
-		defer cancel()
-		return c.opts.Runtime.Remove(rctx, ns, name)
+		return err
 	}
 	if err != nil {
 		return err

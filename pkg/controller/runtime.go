@@ -20,8 +20,12 @@ type Runtime interface {
 	// Ensure makes the runtime run rev (idempotent) and returns its state.
 	// It must not block on I/O.
 	Ensure(ctx context.Context, rev *servingv1.Revision) (RevisionState, error)
-	// Remove stops every instance of a revision that no longer exists.
-	Remove(ctx context.Context, namespace, name string) error
+	// Remove begins to stop every instance of a revision that no longer
+	// exists (or is being deleted) and returns at once: the instances
+	// drain and stop in the background (their Pods show Terminating until
+	// they are gone), so that the reconciler's worker is not held for
+	// their grace periods. The name is free at once for a new revision.
+	Remove(namespace, name string) error
 	// Subscribe registers f, called (without blocking) whenever a
 	// revision's state changes, so its reconciler runs again.
 	Subscribe(f func(namespace, name string))

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -51,6 +52,13 @@ func (a controllerRuntime) Ensure(ctx context.Context, rev *servingv1.Revision) 
 		ResourcesFailed: st.ResourcesFailed, Actual: st.Actual, HeldReason: st.HeldReason, HeldMessage: st.HeldMessage}, err
 }
 
+// Remove begins the removal and returns at once (Retire): the reconciler's
+// worker is not held while instances drain and stop.
+func (a controllerRuntime) Remove(namespace, name string) error {
+	a.Manager.Retire(namespace, name)
+	return nil
+}
+
 var _ controller.Runtime = controllerRuntime{}
 
 // podSource shows the revision manager's instances to the API as Pods.
@@ -65,6 +73,14 @@ func (a podSource) SubscribePods(f func(namespace, name string)) { a.m.Subscribe
 // DeletePod: an instance that is gone already is deleted.
 func (a podSource) DeletePod(namespace, name string) error {
 	if err := a.m.DeletePod(namespace, name); err != nil && !errors.Is(err, replicas.ErrNoInstance) {
+		return err
+	}
+	return nil
+}
+
+// OwnerGone: an instance that is gone already is deleted.
+func (a podSource) OwnerGone(namespace, name string, owner types.UID) error {
+	if err := a.m.OwnerGone(namespace, name, owner); err != nil && !errors.Is(err, replicas.ErrNoInstance) {
 		return err
 	}
 	return nil

@@ -97,6 +97,30 @@ func (s *Store) Remove(namespace, name string) error {
 	return nil
 }
 
+// RemoveInstances deletes the log files of some instances of a group (a
+// revision deleted while another of the same name runs), and the group's
+// directory if that leaves it empty.
+func (s *Store) RemoveInstances(namespace, name string, ids []string) error {
+	dir, err := s.Dir(namespace, name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := checkName("id", id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, suffix := range []string{".log", ".log.1"} {
+			if err := os.Remove(filepath.Join(dir, id+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	_ = os.Remove(dir) // only if empty
+	return errors.Join(errs...)
+}
+
 // Prune removes the log files of all but the keep most recently written
 // instances of a group that are not live.
 func (s *Store) Prune(namespace, name string, live map[string]bool, keep int) error {

@@ -91,12 +91,23 @@
 // from the pod runtime: every container shares the instance's restart
 // count, since an instance restarts as a whole); the API server mirrors
 // them. DeletePod stops one instance as a scale-down does and the
-// revision replaces it, as a ReplicaSet replaces a deleted pod.
+// revision replaces it, as a ReplicaSet replaces a deleted pod. OwnerGone
+// stops one whose Revision is gone (the garbage collector deletes its
+// Pods): nothing replaces it, and the revision is retired at once.
+//
+// # Removal
+//
+// Retire (the Revision reconciler's Remove) does not wait: the revision
+// makes no more instances, those it has stop in order in the background
+// (shown as Terminating Pods) and its logs go when they are gone. Its name
+// is free at once: a Revision of the same name (another UID) runs beside
+// the old instances that stop.
 //
 // # Logs
 //
 // Each instance's output goes to the log store (package logs) as group
 // <namespace>/<revision>: the API's log subresource reads it there. The
-// logs of the last 10 stopped instances of a revision are kept; Remove
-// deletes them all.
+// logs of the last 10 stopped instances of a revision are kept; Retire
+// deletes them all (only the retired revision's, when a revision of the
+// same name runs already).
 package replicas

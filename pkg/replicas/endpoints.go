@@ -89,8 +89,12 @@ func (m *Manager) Endpoints(namespace, revision string) []Endpoint {
 // Drained tells the Manager that the router has no request in flight on an
 // instance that left Endpoints: a stopping instance goes on to SIGTERM.
 func (m *Manager) Drained(namespace, revision, endpointID string) {
-	r := m.revision(namespace, revision)
-	if r == nil {
+	// By the instance: a revision being removed is no longer found by
+	// its name, and its instances drain all the same.
+	m.mu.Lock()
+	r := m.pods[endpointID]
+	m.mu.Unlock()
+	if r == nil || r.key != (key{namespace, revision}) {
 		return
 	}
 	r.mu.Lock()

@@ -163,11 +163,15 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // revision loops
 
-	mu      sync.Mutex
-	revs    map[key]*revision
-	pods    map[string]key       // instance id -> its revision
-	orphans map[key][]pod.Status // pods of an earlier process, until their revision claims them
-	closed  bool
+	mu   sync.Mutex
+	revs map[key]*revision
+	// retiring are revisions being removed (Remove, or a Revision of the
+	// same name with another UID): their instances stop in the background
+	// while a new revision of the name may run already.
+	retiring map[*revision]bool
+	pods     map[string]*revision // instance id -> its revision (nil: an orphan not claimed yet)
+	orphans  map[key][]pod.Status // pods of an earlier process, until their revision claims them
+	closed   bool
 
 	subsMu sync.RWMutex
 	subs   []func(namespace, name string)
@@ -185,7 +189,8 @@ func New(opts Options) (*Manager, error) {
 		log:      opts.Logger,
 		deadline: opts.ProgressDeadline,
 		revs:     map[key]*revision{},
-		pods:     map[string]key{},
+		retiring: map[*revision]bool{},
+		pods:     map[string]*revision{},
 		orphans:  map[key][]pod.Status{},
 	}
 	if m.log == nil {
@@ -228,7 +233,7 @@ func New(opts Options) (*Manager, error) {
 			continue
 		}
 		m.orphans[k] = append(m.orphans[k], st)
-		m.pods[st.ID] = k
+		m.pods[st.ID] = nil
 	}
 	return m, nil
 }
@@ -299,8 +304,11 @@ func (m *Manager) inputChanged(kind, namespace, name string) {
 func (m *Manager) revisions() []*revision {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*revision, 0, len(m.revs))
+	out := make([]*revision, 0, len(m.revs)+len(m.retiring))
 	for _, r := range m.revs {
+		out = append(out, r)
+	}
+	for r := range m.retiring {
 		out = append(out, r)
 	}
 	return out
@@ -316,10 +324,9 @@ func (m *Manager) wake(namespace, name string) {
 // podChanged takes a pod's new status to its revision.
 func (m *Manager) podChanged(id string) {
 	m.mu.Lock()
-	k, ok := m.pods[id]
-	r := m.revs[k]
+	r := m.pods[id]
 	m.mu.Unlock()
-	if ok && r != nil {
+	if r != nil {
 		r.podChanged(id)
 	}
 }
@@ -329,10 +336,9 @@ func (m *Manager) podChanged(id string) {
 // API; events of pods it does not run are dropped.
 func (m *Manager) PodEvent(e pod.Event) {
 	m.mu.Lock()
-	k, ok := m.pods[e.Pod]
-	r := m.revs[k]
+	r := m.pods[e.Pod]
 	m.mu.Unlock()
-	if ok && r != nil {
+	if r != nil {
 		r.podEvent(e)
 	}
 }
@@ -449,12 +455,21 @@ func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, err
 		return State{}, errors.New("ensure: the revision manager is closed")
 	}
 	r := m.revs[k]
+	if r != nil && r.uid() != rev.UID {
+		// The Revision was deleted and made again under its name: the
+		// old one's instances stop, the new one starts afresh.
+		m.retireLocked(r)
+		r = nil
+	}
 	var claimed []string
 	var stale []pod.Status
 	if r == nil {
 		r = newRevision(m, k, rev)
 		claimed, stale = r.claim(m.orphans[k])
 		delete(m.orphans, k)
+		for _, id := range claimed {
+			m.pods[id] = r
+		}
 		m.revs[k] = r
 		m.wg.Add(1)
 		go func() {
@@ -517,23 +532,87 @@ func (m *Manager) Retain(keep []string) {
 
 // Remove stops every instance of the revision (orderly, as a scale-down
 // does) and removes its logs. It returns once all is gone or ctx is done;
-// the rest then goes on in the background.
+// the rest then goes on in the background (see Retire).
 func (m *Manager) Remove(ctx context.Context, namespace, name string) error {
+	select {
+	case <-m.Retire(namespace, name):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("remove %s: %w", key{namespace, name}, ctx.Err())
+	}
+}
+
+// Retire begins the removal of a revision that no longer exists and
+// returns at once: the revision makes no more instances, those it has stop
+// in order in the background (their Pods show Terminating until they are
+// gone) and its logs are removed then. The name is free at once: a
+// revision of the same name that Ensure gets next starts afresh beside the
+// instances that stop. The channel is closed once all is gone.
+func (m *Manager) Retire(namespace, name string) <-chan struct{} {
 	k := key{namespace, name}
 	m.mu.Lock()
 	stale := m.orphans[k]
 	delete(m.orphans, k)
-	m.mu.Unlock()
-	m.stopOrphans(stale)
-	if r := m.revision(namespace, name); r != nil {
-		r.remove()
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return fmt.Errorf("remove %s: %w", k, ctx.Err())
+	r := m.revs[k]
+	if r != nil {
+		m.retireLocked(r)
+	} else {
+		for o := range m.retiring {
+			if o.key == k {
+				r = o
+			}
 		}
 	}
-	return m.opts.Logs.Remove(namespace, name)
+	var err error
+	if r == nil {
+		// Nothing of it runs (any more): its logs go now.
+		err = m.opts.Logs.Remove(namespace, name)
+	}
+	m.mu.Unlock()
+	m.stopOrphans(stale)
+	if err != nil {
+		m.log.Warn("remove logs", "namespace", namespace, "revision", name, "err", err)
+	}
+	if r == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return r.done
+}
+
+// retireLocked takes r out of the revisions by name and makes it stop its
+// instances and end (removing its logs). m.mu is held.
+func (m *Manager) retireLocked(r *revision) {
+	if m.revs[r.key] == r {
+		delete(m.revs, r.key)
+	}
+	if m.retiring[r] {
+		return
+	}
+	m.retiring[r] = true
+	r.log.Info("revision removed: stopping its instances", "instances", r.count())
+	r.remove(true)
+}
+
+// retired is called by a retired revision's loop once its instances are
+// gone: it forgets r and removes r's logs: the whole group, or, when a
+// revision of the same name runs already, the files of r's instances.
+// m.mu is held while the files are removed, so that a new revision of the
+// name cannot start writing in between.
+func (m *Manager) retired(r *revision) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.retiring, r)
+	var err error
+	if m.revs[r.key] == nil {
+		err = m.opts.Logs.Remove(r.key.namespace, r.key.name)
+	} else {
+		err = m.opts.Logs.RemoveInstances(r.key.namespace, r.key.name, r.ranIDs())
+	}
+	if err != nil {
+		r.log.Warn("remove logs", "err", err)
+	}
 }
 
 // forget drops r from the revisions once its loop has ended.
@@ -542,12 +621,13 @@ func (m *Manager) forget(r *revision) {
 	if m.revs[r.key] == r {
 		delete(m.revs, r.key)
 	}
+	delete(m.retiring, r)
 	m.mu.Unlock()
 }
 
-func (m *Manager) trackPod(id string, k key) {
+func (m *Manager) trackPod(id string, r *revision) {
 	m.mu.Lock()
-	m.pods[id] = k
+	m.pods[id] = r
 	m.mu.Unlock()
 }
 
@@ -611,13 +691,16 @@ func (m *Manager) Detach(ctx context.Context) error {
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
-	revs := make([]*revision, 0, len(m.revs))
+	revs := make([]*revision, 0, len(m.revs)+len(m.retiring))
 	for _, r := range m.revs {
+		revs = append(revs, r)
+	}
+	for r := range m.retiring {
 		revs = append(revs, r)
 	}
 	m.mu.Unlock()
 	for _, r := range revs {
-		r.remove()
+		r.remove(false)
 	}
 	var err error
 	for _, r := range revs {

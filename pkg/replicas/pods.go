@@ -87,8 +87,8 @@ func (m *Manager) Pod(namespace, name string) (*corev1.Pod, bool) {
 // DeletePod stops one instance in order (as a scale-down does: out of the
 // endpoints, drained, SIGTERM, the grace period, SIGKILL), in the
 // background; the revision makes another in its place if its scale wants
-// it, as a ReplicaSet replaces a deleted pod. ErrNoInstance when no such
-// instance runs.
+// it, as a ReplicaSet replaces a deleted pod (a revision being removed
+// makes none: see OwnerGone). ErrNoInstance when no such instance runs.
 func (m *Manager) DeletePod(namespace, name string) error {
 	r, in := m.podInstance(namespace, name)
 	if in == nil {
@@ -109,6 +109,29 @@ func (m *Manager) DeletePod(namespace, name string) error {
 		r.stop(in)
 	}()
 	r.poke() // its replacement
+	m.notifyPod(namespace, name)
+	return nil
+}
+
+// OwnerGone stops the instance of the Pod namespace/name because its
+// Revision (of UID owner) is gone or going: the API's garbage collector
+// deletes the Pods of a deleted Revision. As on a cluster, such a Pod is
+// not replaced: the whole revision is retired at once (see Retire), before
+// the Revision reconciler may have seen the delete, so that it makes no
+// new instance in the meantime. ErrNoInstance when no such instance runs;
+// nil, doing nothing, when the instance's revision is another (a revision
+// of the same name made again).
+func (m *Manager) OwnerGone(namespace, name string, owner types.UID) error {
+	r, in := m.podInstance(namespace, name)
+	if in == nil {
+		return ErrNoInstance
+	}
+	if r.uid() != owner {
+		return nil
+	}
+	m.mu.Lock()
+	m.retireLocked(r)
+	m.mu.Unlock()
 	m.notifyPod(namespace, name)
 	return nil
 }
@@ -134,7 +157,15 @@ func (m *Manager) notifyPod(namespace, name string) {
 func (m *Manager) podInstance(namespace, name string) (*revision, *instance) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k, r := range m.revs {
+	revs := make([]*revision, 0, len(m.revs)+len(m.retiring))
+	for _, r := range m.revs {
+		revs = append(revs, r)
+	}
+	for r := range m.retiring {
+		revs = append(revs, r)
+	}
+	for _, r := range revs {
+		k := r.key
 		if k.namespace != namespace || !strings.HasPrefix(name, k.name+"-deployment-") {
 			continue
 		}

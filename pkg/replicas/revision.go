@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
@@ -130,12 +131,18 @@ type revision struct {
 	wake   chan struct{}
 	wg     sync.WaitGroup // instance stops
 
-	mu        sync.Mutex
-	rev       *servingv1.Revision
-	spec      runSpec
-	srcs      map[string]bool // the Secrets and ConfigMaps it reads
-	static    *failure
-	removing  bool
+	mu       sync.Mutex
+	rev      *servingv1.Revision
+	spec     runSpec
+	srcs     map[string]bool // the Secrets and ConfigMaps it reads
+	static   *failure
+	removing bool
+	// dropLogs: the revision is retired (Manager.Retire): its logs go
+	// when its instances are gone.
+	dropLogs bool
+	// ended are the last instances that stopped (at most
+	// 2*keptStoppedLogs), whose logs may remain.
+	ended     []string
 	everReady bool
 	restored  bool      // ready before this Manager saw it: no deployment probe
 	attempt   time.Time // start of the current attempt to become ready
@@ -515,12 +522,40 @@ func (r *revision) retry() {
 	}
 }
 
-// remove makes the loop stop every instance and end.
-func (r *revision) remove() {
+// remove makes the loop stop every instance and end; dropLogs: remove
+// the revision's logs then (Manager.retired).
+func (r *revision) remove(dropLogs bool) {
 	r.mu.Lock()
 	r.removing = true
+	r.dropLogs = r.dropLogs || dropLogs
 	r.mu.Unlock()
 	r.poke()
+}
+
+// uid is the UID of the Revision r runs.
+func (r *revision) uid() types.UID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rev.UID
+}
+
+// count is the number of r's instances, stopping ones included.
+func (r *revision) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.instances)
+}
+
+// ranIDs are the instances whose logs r may have left: those it has and
+// the last that ended.
+func (r *revision) ranIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := slices.Clone(r.ended)
+	for id := range r.instances {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // run is the revision's loop. It ends when the revision is removed and its
@@ -529,6 +564,12 @@ func (r *revision) run() {
 	defer func() {
 		r.cancel()
 		r.wg.Wait()
+		r.mu.Lock()
+		drop := r.dropLogs && len(r.instances) == 0
+		r.mu.Unlock()
+		if drop {
+			r.m.retired(r)
+		}
 		r.m.forget(r)
 		close(r.done)
 	}()
@@ -711,7 +752,7 @@ func (r *revision) reconcile() time.Duration {
 			r.m.notify(r.key)
 			break
 		}
-		r.m.trackPod(spec.ID, r.key)
+		r.m.trackPod(spec.ID, r)
 		r.mu.Lock()
 		created := r.eventLocked(corev1.EventTypeNormal, "Created", "Created instance "+spec.ID)
 		r.mu.Unlock()
@@ -1075,6 +1116,10 @@ func (r *revision) instanceEnded(in *instance) {
 	release := in.release
 	in.release = nil
 	delete(r.instances, in.id)
+	r.ended = append(r.ended, in.id)
+	if n := len(r.ended) - 2*keptStoppedLogs; n > 0 {
+		r.ended = slices.Delete(r.ended, 0, n)
+	}
 	live := make(map[string]bool, len(r.instances))
 	for id := range r.instances {
 		live[id] = true
