@@ -30,6 +30,7 @@ import (
 	"time"
 
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	"golang.org/x/net/http2/h2c"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -621,6 +622,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	go func() { defer func() { done <- struct{}{} }(); srv.RunPods(runCtx, podSource{mgr}) }()
 	// Plain HTTP: the router's own server (its fast path for HTTP/1.1,
 	// net/http with h2c for the rest), with the listener's limits.
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	dataHandler := h2c.NewHandler(rt, routerListen(cfg).H2C())
 	lim := routerListen(cfg).Apply(&http.Server{})
 	data := &router.Server{Router: rt, ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,

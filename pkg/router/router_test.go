@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	"golang.org/x/net/http2/h2c"
 
 	"github.com/knbox/knbox/pkg/routing"
@@ -725,6 +726,7 @@ func TestH2C(t *testing.T) {
 	e := newEnv(t, Options{})
 	proto := func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.Proto) }
 
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	h2 := httptest.NewUnstartedServer(h2c.NewHandler(http.HandlerFunc(proto), &http2.Server{}))
 	h2.Start()
 	t.Cleanup(h2.Close)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	"golang.org/x/net/http2/h2c"
 )
 
@@ -105,6 +106,7 @@ func (s *Server) init() {
 			h2 = &http2.Server{IdleTimeout: s.idleTimeout()}
 		}
 		s.fallback = &http.Server{
+			//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 			Handler:           h2c.NewHandler(s.Router, h2),
 			ReadHeaderTimeout: s.readHeaderTimeout(),
 			ReadTimeout:       max(s.ReadTimeout, 0),

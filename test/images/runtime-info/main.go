@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	"golang.org/x/net/http2/h2c"
 )
 
@@ -180,6 +181,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("listen: %v", err)
 	}
+	//lint:ignore SA1019 h2c.NewHandler serves both prior-knowledge h2c and the HTTP/1.1 Upgrade: h2c that Knative's data plane accepts; net/http's Protocols serves prior knowledge only
 	srv := &http.Server{Handler: h2c.NewHandler(s.handler(), &http2.Server{}), ReadHeaderTimeout: 10 * time.Second}
 
 	sigs := make(chan os.Signal, 1)
