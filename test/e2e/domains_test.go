@@ -330,7 +330,8 @@ func TestDomainMapping(t *testing.T) {
 	}
 
 	// config-domain changes without a restart: the ConfigMap Knative reads.
-	e.kubectl(t, "", "create", "namespace", "knative-serving")
+	// knative-serving exists, as on a cluster with Knative installed (it
+	// holds knbox's ingress Service).
 	e.kubectl(t, "", "create", "configmap", "config-domain", "-n", "knative-serving", "--from-literal=example.org=")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		u := e.kubectl(t, "", "get", "ksvc", "shop-runc", "-o", "jsonpath={.status.url}")
