@@ -100,7 +100,7 @@ type pod struct {
 	prepared bool
 	// ctrsCreated: every container is created (prepare), not started.
 	ctrsCreated bool
-	mon      monitor
+	mon         monitor
 	// shimStarting delivers the shim that prepare started in the
 	// background, while the rest of the pod is made; awaitMon takes it.
 	shimStarting <-chan shimStart
