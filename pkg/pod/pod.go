@@ -91,6 +91,11 @@ type pod struct {
 	// netStop closes what Options.Network serves in ns.
 	netStop io.Closer
 
+	// costMon and costPids are what Cost measures: the monitor, and the
+	// containers' pids when it is no shim.
+	costMon  monitor
+	costPids []int
+
 	volMu sync.Mutex            // serialises volume writes
 	vols  map[string]oci.Volume // prepared volumes, by name
 	files map[string]map[string]File
@@ -778,6 +783,16 @@ func (p *pod) createAll(ctx context.Context) error {
 // awaitStart reports the pod prepared and waits for Start; false when the
 // pod is stopped or ctx ends first.
 func (p *pod) awaitStart(ctx context.Context) bool {
+	p.mu.Lock()
+	p.costMon, p.costPids = p.mon, nil
+	if _, isShim := p.mon.(shimMonitor); !isShim {
+		for _, c := range p.ctrs {
+			if c.t != nil {
+				p.costPids = append(p.costPids, c.t.Pid())
+			}
+		}
+	}
+	p.mu.Unlock()
 	p.update(func(st *Status) { st.Prepared = true })
 	defer p.update(func(st *Status) { st.Prepared = false })
 	select {

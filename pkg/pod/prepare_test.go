@@ -39,7 +39,15 @@ func TestPreparedPodStarts(t *testing.T) {
 			if st.Running || st.Ready || st.Pulling {
 				t.Errorf("prepared pod: status %+v", st)
 			}
+			rss, pids, ok := e.rt.Cost(id)
+			t.Logf("%s: a prepared pod at rest: PSS %d KiB, %d processes", h, rss>>10, pids)
+			if !ok || rss <= 0 || pids < 1 {
+				t.Errorf("Cost: %d bytes, %d processes, %v", rss, pids, ok)
+			}
 			if h != "process" {
+				if pids < 2 {
+					t.Errorf("Cost: %d processes, want the shim and the waiting init at least", pids)
+				}
 				if _, _, cs := e.leftovers(id); cs != 1 {
 					t.Errorf("prepared pod: %d containers in the runtime, want 1 (created)", cs)
 				}
