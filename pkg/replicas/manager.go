@@ -685,9 +685,15 @@ func (m *Manager) Poke(namespace, name string) {
 		now := time.Now()
 		r.mu.Lock()
 		r.lastRequest = now
+		noSpare := m.opts.Prepared != nil && r.spare == nil
 		r.mu.Unlock()
 		m.touchPool(r, now)
 		r.retry()
+		if noSpare {
+			// Its last request is newer now: it may take a place in
+			// the budget.
+			r.poke()
+		}
 	}
 }
 

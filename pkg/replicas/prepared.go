@@ -412,4 +412,5 @@ func (r *revision) startSpare(sp *spare, want int32) {
 	}
 	r.log.Debug("prepared sandbox started", "instance", sp.id)
 	r.podChanged(sp.id)
+	r.poke() // the next sandbox, once no more instances are wanted
 }
