@@ -32,7 +32,9 @@ import (
 // The budget (Prepared.Count sandboxes, Prepared.Memory bytes of measured
 // RSS of the shim and what runs under it) is shared by all revisions; when
 // it is full, the sandbox of the revision whose last request is the oldest
-// goes for one whose last request is newer (LRU). A sandbox goes too when
+// goes for one whose last request is newer (LRU). A revision's last request
+// is the router's last Poke (a request that waited for an instance: the
+// ones a sandbox serves), else its creation. A sandbox goes too when
 // its revision is removed or whose resolved pod spec would differ: a Secret
 // or ConfigMap it reads changes, its RuntimeClass changes (or names another
 // handler), or the quota's LimitRange defaults give its containers other
