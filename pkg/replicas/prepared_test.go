@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
@@ -113,9 +114,22 @@ func TestPreparedSandbox(t *testing.T) {
 		t.Errorf("endpoints %v, want the new sandbox %s among them", endpointIDs(e.m.Endpoints("ns1", name)), sp3)
 	}
 
-	// Removed: nothing is left of it, its sandbox included.
+	// Its RuntimeClass changes: the sandbox made after the scale-up goes,
+	// another is made.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	sp4 := e.awaitSpare(name, sp, sp2, sp3)
+	rc, err := e.kube.NodeV1().RuntimeClasses().Get(ctx, h, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Labels = map[string]string{"changed": "yes"}
+	if _, err := e.kube.NodeV1().RuntimeClasses().Update(ctx, rc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitSpare(name, sp, sp2, sp3, sp4)
+
+	// Removed: nothing is left of it, its sandbox included.
 	if err := e.m.Remove(ctx, "ns1", name); err != nil {
 		t.Fatal(err)
 	}
