@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,7 +43,11 @@ func (e *env) restCost(ctx context.Context, rt string, revs []string) (restCost,
 				}
 			}
 		}
-		return len(dirs) >= len(revs), nil
+		if len(dirs) < len(revs) {
+			return false, nil
+		}
+		// Prepared: the runtime holds each one's container, created.
+		return createdContainers(rt, filepath.Join(e.dir, "data", "runtimes", rt), revs) >= len(revs), nil
 	})
 	if err != nil {
 		return restCost{}, fmt.Errorf("%w (%d of %d)", err, len(dirs), len(revs))
@@ -60,6 +66,31 @@ func (e *env) restCost(ctx context.Context, rt string, revs []string) (restCost,
 	slices.Sort(pss)
 	slices.Sort(rss)
 	return restCost{runtime: rt, n: len(pss), pss: pss[len(pss)/2], rss: rss[len(rss)/2], pids: pids}, nil
+}
+
+// createdContainers counts the containers of revs (ids "<rev>-...") that
+// the runtime, on state root root, lists as created.
+func createdContainers(rt, root string, revs []string) int {
+	out, err := exec.Command(rt, "--root", root, "list", "--format", "json").Output()
+	if err != nil {
+		return 0
+	}
+	var es []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(out, &es) != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range es {
+		for _, r := range revs {
+			if c.Status == "created" && strings.HasPrefix(c.ID, r+"-") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // shimsOf finds the shim processes whose --dir is one of dirs.

@@ -397,6 +397,13 @@ func (p *pod) prepare(ctx context.Context) error {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
 	}
+	if p.held() {
+		// Before anything else is made for it: a crash from here on
+		// leaves a pod that Recover removes, never one it adopts.
+		if err := os.WriteFile(filepath.Join(p.dir, preparedMarker), nil, 0o600); err != nil {
+			return fmt.Errorf("prepare pod: %w", err)
+		}
+	}
 	if p.mon == nil && p.shimStarting == nil {
 		if argv := p.rt.opts.ShimCommand; len(argv) > 0 {
 			// The shim is a process of its own to start (tens of
@@ -757,9 +764,6 @@ func (p *pod) createAll(ctx context.Context) error {
 	p.teardownContainers()
 	if err := p.awaitMon(); err != nil {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(p.dir, preparedMarker), nil, 0o600); err != nil {
-		return fmt.Errorf("prepare pod: %w", err)
 	}
 	ns := p.nsOf()
 	for _, c := range p.ctrs {
