@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -180,6 +181,9 @@ type Manager struct {
 	orphans  map[key][]pod.Status // pods of an earlier process, until their revision claims them
 	spares   map[string]*revision // prepared sandbox id -> its revision
 	closed   bool
+	// detaching: no sandbox is prepared any more (read under a
+	// revision's mu, which must not take m.mu).
+	detaching atomic.Bool
 
 	// poolMu guards pool, the prepared sandboxes' budget. It is taken
 	// after a revision's mu, never before.
@@ -699,11 +703,38 @@ func (m *Manager) Poke(namespace, name string) {
 
 // Detach ends every goroutine of the Manager and leaves the instances
 // running, for the next process to adopt (see package pod's Detach and
-// Recover). It returns once every goroutine has ended or ctx ends.
+// Recover); the prepared sandboxes are stopped first. It returns once every goroutine has ended or ctx ends.
 func (m *Manager) Detach(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
+	m.detaching.Store(true)
+	spares := make(map[string]*revision, len(m.spares))
+	for id, r := range m.spares {
+		spares[id] = r
+	}
 	m.mu.Unlock()
+	// The prepared sandboxes do not outlive this process: a successor
+	// would remove them (package pod's Recover), and without one they
+	// would hold their memory for nothing. They stop at once (nothing
+	// runs in them).
+	var wg sync.WaitGroup
+	for id, r := range spares {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.mu.Lock()
+			if r.spare != nil && r.spare.id == id {
+				r.spare = nil
+			}
+			r.mu.Unlock()
+			m.leavePool(r)
+			m.untrackSpare(id)
+			if err := m.opts.Pods.Stop(ctx, id, 0); err != nil {
+				m.log.Warn("stop prepared sandbox", "instance", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 	m.cancel()
 	done := make(chan struct{})
 	go func() {

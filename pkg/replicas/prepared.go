@@ -285,7 +285,7 @@ func (r *revision) spareLocked(now time.Time, want int32, live int, synced bool)
 		}
 		return "", nil, nil
 	}
-	if r.removing || r.static != nil || r.halted || !r.everReady || !synced || want > int32(live) ||
+	if r.removing || r.static != nil || r.halted || !r.everReady || !synced || want > int32(live) || r.m.detaching.Load() ||
 		now.Before(r.spareNext) || r.blocked != nil {
 		return "", nil, nil
 	}

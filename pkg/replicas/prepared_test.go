@@ -173,3 +173,37 @@ func TestPreparedBudget(t *testing.T) {
 		t.Errorf("PreparedSandboxes: %d, want 1", n)
 	}
 }
+
+// TestDetachStopsPreparedSandboxes: Detach leaves the instances running
+// for a successor but stops the prepared sandboxes, which nothing would
+// use.
+func TestDetachStopsPreparedSandboxes(t *testing.T) {
+	h := "runc"
+	requireHandler(t, h)
+	ref := runtimeInfoImage(t)
+	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
+		o.Prepared = &PreparedBudget{Count: 4, Memory: 1 << 40}
+	}))
+	e.synced()
+	name := uniqueName("detach")
+	rev := newRev(t, "ns1", name, h, ref, func(r *servingv1.Revision) {
+		r.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
+	})
+	e.resolveAndEnsure(rev)
+	e.waitState(rev, time.Minute, "ready", ready)
+	sp := e.awaitSpare(name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.m.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.spares(name); len(s) != 0 {
+		t.Errorf("prepared sandboxes after Detach: %v", s)
+	}
+	if _, ok := e.pods.Status(sp); ok {
+		t.Errorf("the prepared sandbox %s is still a pod after Detach", sp)
+	}
+	if pods := e.podsOf(name); len(pods) != 1 {
+		t.Errorf("pods after Detach: %v, want the one instance", pods)
+	}
+}
