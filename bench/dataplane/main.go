@@ -969,6 +969,16 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 					return false, nil
 				}
 			}
+			// Their instances and prepared sandboxes stop in the
+			// background: gone once their directories are.
+			ents, _ := os.ReadDir(filepath.Join(e.dir, "data", "instances", "instances"))
+			for _, en := range ents {
+				for _, n := range names {
+					if strings.HasPrefix(en.Name(), revs[n]+"-") {
+						return false, nil
+					}
+				}
+			}
 			return true, nil
 		})
 		if err != nil {
