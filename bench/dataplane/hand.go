@@ -322,6 +322,16 @@ func (e *env) deleteAndWait(ctx context.Context, svcs map[string]string) error {
 				return false, nil
 			}
 		}
+		// Their instances and prepared sandboxes stop in the
+		// background: gone once their directories are.
+		ents, _ := os.ReadDir(filepath.Join(e.dir, "data", "instances", "instances"))
+		for _, en := range ents {
+			for _, rev := range svcs {
+				if rev != "" && strings.HasPrefix(en.Name(), rev+"-") {
+					return false, nil
+				}
+			}
+		}
 		return true, nil
 	})
 }
