@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -102,6 +103,7 @@ func BenchmarkIdleServices(b *testing.B) {
 		heap, rss   uint64
 		goroutines  int
 		heapProfile string
+		detail      string
 	}
 	measure := func(n int) step {
 		time.Sleep(3 * time.Second) // let what the last step started settle (not a timed assertion)
@@ -109,7 +111,7 @@ func BenchmarkIdleServices(b *testing.B) {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine()}
+		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(), detail: memDetail(b)}
 		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" {
 			s.heapProfile = filepath.Join(dir, fmt.Sprintf("idle-heap-%d.pprof", n))
 			f, err := os.Create(s.heapProfile)
@@ -197,6 +199,7 @@ func BenchmarkIdleServices(b *testing.B) {
 			line += " (" + s.heapProfile + ")"
 		}
 		fmt.Println(line)
+		fmt.Println("      " + s.detail)
 	}
 	last := steps[len(steps)-1]
 	b.ReportMetric(float64(last.rss)/(1<<20), "rss-MiB")
@@ -217,6 +220,56 @@ func rss(t testing.TB) uint64 {
 	}
 	t.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// memDetail says where the RSS goes: anonymous against file-backed pages
+// (the binary's, bbolt's map), and the Go runtime's classes (live objects,
+// heap kept but unused or free and not yet returned, stacks, the runtime's
+// own), with the cumulative GC CPU, all in MiB.
+func memDetail(t testing.TB) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && strings.HasPrefix(f[0], "Rss") {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			st[strings.TrimSuffix(f[0], ":")] = kb / 1024
+		}
+	}
+	names := []string{
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/stacks:bytes",
+		"/memory/classes/os-stacks:bytes",
+		"/memory/classes/metadata/other:bytes",
+		"/memory/classes/metadata/mspan/inuse:bytes",
+		"/memory/classes/metadata/mcache/inuse:bytes",
+		"/memory/classes/profiling/buckets:bytes",
+		"/memory/classes/other:bytes",
+		"/gc/heap/goal:bytes",
+		"/cpu/classes/gc/total:cpu-seconds",
+		"/cpu/classes/total:cpu-seconds",
+	}
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	metrics.Read(samples)
+	v := func(i int) float64 {
+		if samples[i].Value.Kind() == metrics.KindFloat64 {
+			return samples[i].Value.Float64()
+		}
+		if samples[i].Value.Kind() == metrics.KindUint64 {
+			return float64(samples[i].Value.Uint64()) / (1 << 20)
+		}
+		return 0
+	}
+	return fmt.Sprintf("RSS anon %.1f file %.1f; heap objects %.1f, unused %.1f, free %.1f (released %.1f), goal %.1f; stacks %.1f; runtime metadata %.1f, other %.1f, profiling %.1f; GC CPU %.1fs of %.1fs",
+		st["RssAnon"], st["RssFile"], v(0), v(1), v(2), v(3), v(11), v(4)+v(5), v(6)+v(7)+v(8), v(10), v(9), v(12), v(13))
 }
 
 // awaitEvery checks cond every interval until it holds, for at most timeout.

@@ -132,7 +132,8 @@ type Options struct {
 	// well, so that recent resumptions do not read the file. Zero means
 	// DefaultCacheBytes.
 	CacheBytes int64
-	// WatchBuffer is the channel buffer per watcher; a watcher that falls
+	// WatchBuffer is the most live events a watcher holds for its receiver
+	// (in a queue that grows with them); a watcher that falls
 	// further behind is closed (the caller re-watches from the last revision
 	// it saw). Zero means DefaultWatchBuffer.
 	WatchBuffer int
