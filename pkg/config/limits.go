@@ -197,7 +197,7 @@ const (
 
 	DefaultEventLogSize     = 10000
 	DefaultEventLogBytes    = 64 << 20
-	DefaultCacheBytes       = 16 << 20
+	DefaultCacheBytes       = 4 << 20
 	DefaultWatchBufferBytes = 16 << 20
 
 	DefaultMinFreeBytes = 256 << 20
