@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err := disk.PrepareDataDir(cfg.DataDir); err != nil {
 		return err
 	}
+	tuneGC(cfg.Limits.Memory, log)
 	handoverWait, err := cfg.HandoverWait()
 	if err != nil {
 		return err
