@@ -17,8 +17,12 @@ import (
 // Annotations stay, last-applied-configuration included: the Service
 // controller copies a Service's annotations to its Configuration and
 // Route, as Knative does.
+//
+// client-go v0.29 also passes the objects already cached to the transform
+// on every resync, while the controllers read them: an object without
+// managedFields is left untouched, so that this is no write.
 func TrimForCache(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil { // not a cache.DeletedFinalStateUnknown
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil { // not a cache.DeletedFinalStateUnknown, not trimmed
 		m.SetManagedFields(nil)
 	}
 	return obj, nil

@@ -67,7 +67,9 @@ func (l *revisionLabels) labels(namespace, revision string) (service, configurat
 // revisionNames is the transform of revisionLabels' informer: of a
 // Revision it keeps what labels and Forget read (namespace, name, labels)
 // and what the informer itself needs (resourceVersion, uid), not the spec
-// and status that the controllers' own informer already caches.
+// and status that the controllers' own informer already caches. It never
+// writes to its argument: client-go v0.29 passes cached objects to it again
+// on every resync.
 func revisionNames(obj any) (any, error) {
 	rev, ok := obj.(*servingv1.Revision)
 	if !ok { // a cache.DeletedFinalStateUnknown: its object was trimmed
