@@ -252,7 +252,7 @@ func (sc *serverConn) answer(code int, text string) bool {
 	if !sc.isHead {
 		b = append(b, text...)
 	}
-	_, err := sc.c.Write(b)
+	_, err := sc.io.Write(b)
 	sc.out = b[:0]
 	sc.rpos = end
 	return keep && err == nil
@@ -334,7 +334,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	if d := firstByteTimeout(fc.cfg); d > 0 {
 		deadline = time.Now().Add(d)
 	}
-	if _, err := uc.c.Write(out); err != nil {
+	if _, err := uc.io.Write(out); err != nil {
 		uc.close()
 		if uc.reused && replayable {
 			return true
@@ -369,7 +369,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 				res = headBad
 			} else {
 				sc.out = sc.appendResponseHead(sc.out[:0], rh, bodyNone, true)
-				if _, err := sc.c.Write(sc.out); err != nil {
+				if _, err := sc.io.Write(sc.out); err != nil {
 					return sc.clientGone(fc, uc, bc)
 				}
 				uc.r += rh.size
@@ -398,7 +398,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 				return false
 			}
 		}
-		n, err := uc.c.Read(uc.buf[uc.w:])
+		n, err := uc.io.Read(uc.buf[uc.w:])
 		uc.w += n
 		if n > 0 || err == nil {
 			continue
@@ -465,7 +465,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	idle := fc.cfg.IdleTimeout
 	switch kind {
 	case bodyNone:
-		_, err = sc.c.Write(out)
+		_, err = sc.io.Write(out)
 		reusable = reusable && uc.r == uc.w
 		if err != nil {
 			sc.out = out[:0]
@@ -573,7 +573,7 @@ func (sc *serverConn) copyLengthResponse(fc *fastCall, uc *upConn, out []byte, n
 	k := min(int64(uc.w-uc.r), n)
 	out = append(out, uc.buf[uc.r:uc.r+int(k)]...)
 	uc.r += int(k)
-	_, err := sc.c.Write(out)
+	_, err := sc.io.Write(out)
 	sc.out = out[:0]
 	fc.resBytes = k
 	if err != nil {
@@ -604,9 +604,9 @@ func (sc *serverConn) copyLengthResponse(fc *fastCall, uc *upConn, out []byte, n
 		} else {
 			uc.setReadDeadline(time.Time{})
 		}
-		m, err := uc.c.Read(uc.buf[:min(int64(len(uc.buf)), left)])
+		m, err := uc.io.Read(uc.buf[:min(int64(len(uc.buf)), left)])
 		if m > 0 {
-			if _, werr := sc.c.Write(uc.buf[:m]); werr != nil {
+			if _, werr := sc.io.Write(uc.buf[:m]); werr != nil {
 				return werr, nil
 			}
 			left -= int64(m)
@@ -657,7 +657,7 @@ func (sc *serverConn) copyChunkedResponse(fc *fastCall, uc *upConn, out []byte, 
 			}
 		}
 		if len(out) > 0 {
-			_, err := sc.c.Write(out)
+			_, err := sc.io.Write(out)
 			out = out[:0]
 			if err != nil {
 				sc.out = out
@@ -677,12 +677,12 @@ func (sc *serverConn) copyChunkedResponse(fc *fastCall, uc *upConn, out []byte, 
 		if idle > 0 {
 			uc.setReadDeadline(time.Now().Add(idle))
 		}
-		n, err := uc.c.Read(uc.buf[uc.w:])
+		n, err := uc.io.Read(uc.buf[uc.w:])
 		uc.w += n
 		if n == 0 && err != nil {
 			if untilEOF && err == io.EOF {
 				out = append(out, "0\r\n\r\n"...)
-				_, err := sc.c.Write(out)
+				_, err := sc.io.Write(out)
 				sc.out = out[:0]
 				return err, nil
 			}
@@ -956,7 +956,7 @@ func (w *h1Writer) WriteHeader(code int) {
 		_ = h.Write(&hb)
 		b = append(b, hb.Bytes()...)
 		b = append(b, "\r\n"...)
-		_, w.err = w.sc.c.Write(b)
+		_, w.err = w.sc.io.Write(b)
 		return
 	}
 	w.wrote = true
@@ -980,7 +980,7 @@ func (w *h1Writer) WriteHeader(code int) {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	_, w.err = w.sc.c.Write(b)
+	_, w.err = w.sc.io.Write(b)
 	w.buf = b[:0]
 }
 
@@ -996,9 +996,9 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 	}
 	if w.chunked {
 		w.buf = appendChunk(w.buf[:0], p)
-		_, w.err = w.sc.c.Write(w.buf)
+		_, w.err = w.sc.io.Write(w.buf)
 	} else {
-		_, w.err = w.sc.c.Write(p)
+		_, w.err = w.sc.io.Write(p)
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -1016,7 +1016,7 @@ func (w *h1Writer) finish() {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.chunked && w.err == nil && !w.broken {
-		_, w.err = w.sc.c.Write([]byte("0\r\n\r\n"))
+		_, w.err = w.sc.io.Write([]byte("0\r\n\r\n"))
 	}
 }
 
