@@ -51,6 +51,8 @@ type fastCall struct {
 	cold     bool
 	start    time.Time
 	queued   time.Duration
+	// end, when set, is when the response ended.
+	end time.Time
 }
 
 // serveRequest routes and proxies the request in sc.head; it reports
@@ -147,7 +149,11 @@ func (sc *serverConn) proxy(t *target, rv *revision, cfg RevisionConfig, start t
 		sc.pendingInfo = *sc.info(t, rv, start)
 	}
 	defer func() {
-		rv.finish(fc.ep, fc.status)
+		end := fc.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		rv.finishAt(fc.ep, fc.status, end)
 		sc.observeCall(fc)
 	}()
 	if err != nil {
@@ -330,9 +336,10 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	sc.out = out[:0]
 	wantClose := h.close
 
+	now := time.Now()
 	var deadline time.Time // of the first byte
 	if d := firstByteTimeout(fc.cfg); d > 0 {
-		deadline = time.Now().Add(d)
+		deadline = now.Add(d)
 	}
 	if _, err := uc.io.Write(out); err != nil {
 		uc.close()
@@ -352,12 +359,19 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 
 	// The response head, and the informational responses before it.
 	rh := &sc.resp
-	watchAt := time.Now().Add(watchAfter)
+	watchAt := now.Add(watchAfter)
 	n1xx := 0
 	for {
 		rd := deadline
 		if !watchAt.IsZero() && bc == nil && (rd.IsZero() || watchAt.Before(rd)) {
-			rd = watchAt
+			// The watch may start up to half of watchAfter early: a
+			// kept connection's deadline of a request a moment ago
+			// stays, instead of a timer change per request.
+			if dl := uc.dl; !dl.After(watchAt) && dl.After(watchAt.Add(-watchAfter/2)) {
+				rd = dl
+			} else {
+				rd = watchAt
+			}
 		}
 		uc.setReadDeadline(rd)
 		res := headIncomplete
@@ -520,7 +534,9 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 		sc.rpos = fc.bodyEnd
 	}
 	if reusable && fc.ep.pool != nil {
-		fc.ep.pool.put(uc)
+		// One clock reading for the pool and the in-flight count.
+		fc.end = time.Now()
+		fc.ep.pool.put(uc, fc.end)
 	} else {
 		uc.close()
 	}

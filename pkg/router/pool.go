@@ -106,12 +106,12 @@ func (p *connPool) get() *upConn {
 	return nil
 }
 
-// put keeps a connection whose request ended cleanly. A read deadline it
-// has stays: the next request sets its own before it reads.
-func (p *connPool) put(uc *upConn) {
+// put keeps a connection whose request ended cleanly at now. A read
+// deadline it has stays: the next request sets its own before it reads.
+func (p *connPool) put(uc *upConn, now time.Time) {
 	uc.release()
 	uc.reused = true
-	uc.idleAt = time.Now()
+	uc.idleAt = now
 	p.mu.Lock()
 	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
 		p.mu.Unlock()
