@@ -28,6 +28,7 @@ type serverConn struct {
 	rpos, wpos int    // unread bytes are buf[rpos:wpos]
 
 	ip        string // the client's address without port; "" if unknown
+	raddr     string // the client's address, once the observer asked for it
 	head      reqHead
 	resp      resHead   // the instance's response head, reused
 	rdl       time.Time // the read deadline set on c

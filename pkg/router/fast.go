@@ -1045,12 +1045,15 @@ func (sc *serverConn) onQueueWait() {
 	sc.startWatch(sc.ctx.cancel)
 }
 
-// remoteAddr is the client's address for the observer.
+// remoteAddr is the client's address for the observer, formatted once
+// per connection.
 func (sc *serverConn) remoteAddr() string {
-	if a := sc.c.RemoteAddr(); a != nil {
-		return a.String()
+	if sc.raddr == "" {
+		if a := sc.c.RemoteAddr(); a != nil {
+			sc.raddr = a.String()
+		}
 	}
-	return ""
+	return sc.raddr
 }
 
 var _ net.Conn = (*replayConn)(nil)
