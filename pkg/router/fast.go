@@ -341,12 +341,42 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	if d := firstByteTimeout(fc.cfg); d > 0 {
 		deadline = now.Add(d)
 	}
-	if _, err := uc.io.Write(out); err != nil {
+	watchAt := now.Add(watchAfter)
+	// readDeadline is the instance connection's read deadline while the
+	// response head is awaited: the first byte's, or sooner the time to
+	// start watching the client.
+	readDeadline := func(bc *bodyCopy) time.Time {
+		rd := deadline
+		if !watchAt.IsZero() && bc == nil && (rd.IsZero() || watchAt.Before(rd)) {
+			// The watch may start up to half of watchAfter early: a
+			// kept connection's deadline of a request a moment ago
+			// stays, instead of a timer change per request.
+			if dl := uc.dl; !dl.After(watchAt) && dl.After(watchAt.Add(-watchAfter/2)) {
+				rd = dl
+			} else {
+				rd = watchAt
+			}
+		}
+		return rd
+	}
+	var werr error
+	if inline {
+		// The whole request in one write, then a wait for the answer
+		// without a read that would find nothing yet.
+		uc.setReadDeadline(readDeadline(nil))
+		var n int
+		if n, werr = uc.io.writeThenAwait(out); werr == nil && n < len(out) {
+			_, werr = uc.io.Write(out[n:])
+		}
+	} else {
+		_, werr = uc.io.Write(out)
+	}
+	if werr != nil {
 		uc.close()
 		if uc.reused && replayable {
 			return true
 		}
-		sc.debug(fc, "instance failed", "error", err)
+		sc.debug(fc, "instance failed", "error", werr)
 		fc.keep = sc.fail(fc, http.StatusBadGateway, failedText(fc))
 		return false
 	}
@@ -359,21 +389,9 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 
 	// The response head, and the informational responses before it.
 	rh := &sc.resp
-	watchAt := now.Add(watchAfter)
 	n1xx := 0
 	for {
-		rd := deadline
-		if !watchAt.IsZero() && bc == nil && (rd.IsZero() || watchAt.Before(rd)) {
-			// The watch may start up to half of watchAfter early: a
-			// kept connection's deadline of a request a moment ago
-			// stays, instead of a timer change per request.
-			if dl := uc.dl; !dl.After(watchAt) && dl.After(watchAt.Add(-watchAfter/2)) {
-				rd = dl
-			} else {
-				rd = watchAt
-			}
-		}
-		uc.setReadDeadline(rd)
+		uc.setReadDeadline(readDeadline(bc))
 		res := headIncomplete
 		if uc.w > uc.r {
 			res = parseResponseHead(uc.buf[uc.r:uc.w], rh)

@@ -38,6 +38,9 @@ type sock struct {
 	wn      int
 	werr    syscall.Errno
 	writeFn func(uintptr) bool
+	// awaiting: writeThenAwait wrote, and waits for readability.
+	awaiting bool
+	awaitFn  func(uintptr) bool
 }
 
 // init readies s for c, whose reads and writes are those of tcp (nil if
@@ -54,6 +57,7 @@ func (s *sock) init(c net.Conn, tcp *net.TCPConn) {
 	s.rc = rc
 	s.readFn = s.readRaw
 	s.writeFn = s.writeRaw
+	s.awaitFn = s.writeAwait
 }
 
 // Read reads into p as net.Conn's Read does.
@@ -133,6 +137,54 @@ func (s *sock) writeRaw(fd uintptr) bool {
 		return true
 	}
 	return true
+}
+
+// writeThenAwait writes p, then waits until the connection has something
+// to read or its read deadline passes, without the read that would find
+// nothing: the wait is armed before the write, so an answer to what p
+// asks cannot be missed, however soon it comes. It returns how much of p
+// was written; the caller writes the rest with Write (when the socket
+// buffer was full, or the read deadline had passed before the write)
+// and, either way, reads the answer with Read, which reports a deadline
+// that passed. err is the write's error.
+func (s *sock) writeThenAwait(p []byte) (written int, err error) {
+	if s.rc == nil || len(p) == 0 {
+		return 0, nil
+	}
+	s.wp, s.wn, s.werr, s.awaiting = p, 0, 0, false
+	_ = s.rc.Read(s.awaitFn)
+	n := s.wn
+	s.wp, s.awaiting = nil, false
+	if s.werr != 0 {
+		return n, s.opError("write", s.werr)
+	}
+	return n, nil
+}
+
+// writeAwait is writeThenAwait's function for RawConn.Read: on its first
+// call it writes, and asks to wait for readability if the write is
+// complete; on the next (readable) it ends the wait.
+func (s *sock) writeAwait(fd uintptr) bool {
+	if s.awaiting {
+		return true
+	}
+	for s.wn < len(s.wp) {
+		b := s.wp[s.wn:]
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch e {
+		case 0:
+			s.wn += int(n)
+			continue
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return true // the rest with Write
+		}
+		s.werr = e
+		return true
+	}
+	s.awaiting = true
+	return false
 }
 
 // opError is the error net.Conn's methods return for a failed call.

@@ -186,3 +186,77 @@ func BenchmarkSockRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// TestSockWriteThenAwait checks that the wait armed before the write
+// misses no answer, however soon it comes, that a passed deadline or a
+// full socket buffer leave the rest of the write to the caller, and that
+// a write error is reported.
+func TestSockWriteThenAwait(t *testing.T) {
+	t.Parallel()
+	a, b := tcpPair(t)
+	var sa sock
+	sa.init(a, a)
+	// The peer answers every byte at once, as fast as it can.
+	go func() { _, _ = io.Copy(b, b) }()
+	buf := make([]byte, 64)
+	for i := 0; i < 2000; i++ {
+		_ = a.SetReadDeadline(time.Now().Add(20 * time.Second))
+		msg := []byte{byte('a' + i%26)}
+		n, err := sa.writeThenAwait(msg)
+		if err != nil || n != 1 {
+			t.Fatalf("round %d: writeThenAwait: %d, %v", i, n, err)
+		}
+		// The wait ended: the answer is there, or the deadline (20s,
+		// which fails the test) passed.
+		m, err := sa.Read(buf)
+		if err != nil || m != 1 || buf[0] != msg[0] {
+			t.Fatalf("round %d: read %q, %v; want %q", i, buf[:m], err, msg)
+		}
+	}
+
+	// A deadline that passed: nothing is written, Read reports it.
+	_ = a.SetReadDeadline(aLongTimeAgo)
+	if n, err := sa.writeThenAwait([]byte("x")); n != 0 || err != nil {
+		t.Fatalf("writeThenAwait past the deadline: %d, %v; want 0, nil", n, err)
+	}
+	if _, err := sa.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+
+	// A write larger than the socket buffers: the rest is the caller's.
+	c, d := tcpPair(t)
+	var sc sock
+	sc.init(c, c)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	big := bytes.Repeat([]byte("x"), 32<<20)
+	n, err := sc.writeThenAwait(big)
+	if err != nil || n == 0 || n >= len(big) {
+		t.Fatalf("writeThenAwait of 32 MiB: %d, %v; want part of it written", n, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, d) }()
+	if _, err := sc.Write(big[n:]); err != nil {
+		t.Fatalf("write of the rest: %v", err)
+	}
+
+	// A peer that reset the connection: the write fails, or the wait
+	// ends and the read reports the reset.
+	e, f := tcpPair(t)
+	var se sock
+	se.init(e, e)
+	_ = f.SetLinger(0)
+	f.Close()
+	_ = e.SetReadDeadline(time.Now().Add(20 * time.Second))
+	failed := false
+	for i := 0; i < 100 && !failed; i++ {
+		if _, err := se.writeThenAwait([]byte("after the reset")); err != nil {
+			failed = true
+			break
+		}
+		if _, err := se.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			failed = true
+		}
+	}
+	if !failed {
+		t.Fatal("a reset connection never failed")
+	}
+}
