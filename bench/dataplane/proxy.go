@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -212,8 +213,10 @@ func (e *env) proxies(ctx context.Context, rep *report) error {
 		"queue-proxy: knative.dev/serving %s cmd/queue, containerConcurrency 0, request metrics to Prometheus.\n"+
 		"httputil.ReverseProxy: NewSingleHostReverseProxy on net/http, 64 idle connections per host.\n"+
 		"knbox: router.Server, one Route, the upstream as the revision's one instance.\n"+
-		"knbox+metrics: the same, with knbox serve's request metrics (pkg/metrics) as the router's Observer.",
-		e.o.duration, e.o.rounds, nginxVersion(p.nginx), servingVersion())
+		"knbox+metrics: the same, with knbox serve's request metrics (pkg/metrics) as the router's Observer.\n"+
+		"CPUs: nothing is pinned; wrk, the upstream and every proxy share the machine's %d CPUs; nginx has one worker\n"+
+		"per CPU (worker_processes auto), the Go proxies GOMAXPROCS = the CPUs (Go's default).",
+		e.o.duration, e.o.rounds, nginxVersion(p.nginx), servingVersion(), goruntime.NumCPU())
 	rep.proxies = pr
 	return nil
 }

@@ -20,6 +20,7 @@ type serverConn struct {
 	r   *Router
 	c   net.Conn
 	tcp *net.TCPConn // c, when it is TCP (bodies are spliced)
+	io  sock         // c's reads and writes
 
 	state atomic.Int32
 
@@ -27,6 +28,7 @@ type serverConn struct {
 	rpos, wpos int    // unread bytes are buf[rpos:wpos]
 
 	ip        string // the client's address without port; "" if unknown
+	raddr     string // the client's address, once the observer asked for it
 	head      reqHead
 	resp      resHead   // the instance's response head, reused
 	rdl       time.Time // the read deadline set on c
@@ -51,6 +53,7 @@ func newServerConn(s *Server, c net.Conn) *serverConn {
 		// TCP connection beneath, the rest goes through the wrapper.
 		sc.tcp, _ = nc.NetConn().(*net.TCPConn)
 	}
+	sc.io.init(c, sc.tcp)
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		sc.ip = a.IP.String()
 	} else if c.RemoteAddr() != nil {
@@ -143,7 +146,7 @@ func (sc *serverConn) readHead() parseResult {
 			}
 			sc.setReadDeadline(now.Add(d))
 		}
-		n, err := sc.c.Read(sc.buf[sc.wpos:])
+		n, err := sc.io.Read(sc.buf[sc.wpos:])
 		sc.wpos += n
 		if n == 0 && err != nil {
 			return headIncomplete
@@ -281,7 +284,7 @@ func (sc *serverConn) copyLength(dst *upConn, from int, n int64) (int64, error, 
 	var done int64
 	if buffered := int64(sc.wpos - from); buffered > 0 {
 		k := min(buffered, n)
-		if _, err := dst.c.Write(sc.buf[from : from+int(k)]); err != nil {
+		if _, err := dst.io.Write(sc.buf[from : from+int(k)]); err != nil {
 			return 0, err, false
 		}
 		done = k
@@ -349,7 +352,7 @@ func (sc *serverConn) copyChunked(dst *upConn, from int) (int64, error, bool) {
 				out = append(out, "\r\n"...)
 			}
 			if len(out) > 0 {
-				if _, err := dst.c.Write(out); err != nil {
+				if _, err := dst.io.Write(out); err != nil {
 					return total, err, false
 				}
 			}
@@ -363,7 +366,7 @@ func (sc *serverConn) copyChunked(dst *upConn, from int) (int64, error, bool) {
 			sc.wpos = copy(sc.buf, sc.buf[sc.rpos:sc.wpos])
 			sc.rpos = 0
 		}
-		n, err := sc.c.Read(sc.buf[sc.wpos:])
+		n, err := sc.io.Read(sc.buf[sc.wpos:])
 		sc.wpos += n
 		if n == 0 && err != nil {
 			if err == io.EOF {

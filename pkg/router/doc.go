@@ -22,7 +22,10 @@
 // came with the head), reads the response head, and writes head and body
 // to the client; bodies of known length are spliced from socket to socket,
 // chunked ones decoded and chunked again (chunk extensions dropped,
-// trailers kept). Its parser is stricter than net/http's, as RFC 9112 §11
+// trailers kept). Its reads and writes are raw system calls on the
+// non-blocking sockets, waiting in Go's network poller (deadlines kept),
+// so that the scheduler never hands the goroutine's P to another thread
+// during one (see sock). Its parser is stricter than net/http's, as RFC 9112 §11
 // asks of a proxy: lines end with CRLF, a request with both Content-Length
 // and Transfer-Encoding, with more than one Content-Length or
 // Transfer-Encoding, or with obsolete line folding gets 400, an unknown

@@ -51,6 +51,8 @@ type fastCall struct {
 	cold     bool
 	start    time.Time
 	queued   time.Duration
+	// end, when set, is when the response ended.
+	end time.Time
 }
 
 // serveRequest routes and proxies the request in sc.head; it reports
@@ -147,7 +149,11 @@ func (sc *serverConn) proxy(t *target, rv *revision, cfg RevisionConfig, start t
 		sc.pendingInfo = *sc.info(t, rv, start)
 	}
 	defer func() {
-		rv.finish(fc.ep, fc.status)
+		end := fc.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		rv.finishAt(fc.ep, fc.status, end)
 		sc.observeCall(fc)
 	}()
 	if err != nil {
@@ -252,7 +258,7 @@ func (sc *serverConn) answer(code int, text string) bool {
 	if !sc.isHead {
 		b = append(b, text...)
 	}
-	_, err := sc.c.Write(b)
+	_, err := sc.io.Write(b)
 	sc.out = b[:0]
 	sc.rpos = end
 	return keep && err == nil
@@ -330,16 +336,47 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	sc.out = out[:0]
 	wantClose := h.close
 
+	now := time.Now()
 	var deadline time.Time // of the first byte
 	if d := firstByteTimeout(fc.cfg); d > 0 {
-		deadline = time.Now().Add(d)
+		deadline = now.Add(d)
 	}
-	if _, err := uc.c.Write(out); err != nil {
+	watchAt := now.Add(watchAfter)
+	// readDeadline is the instance connection's read deadline while the
+	// response head is awaited: the first byte's, or sooner the time to
+	// start watching the client.
+	readDeadline := func(bc *bodyCopy) time.Time {
+		rd := deadline
+		if !watchAt.IsZero() && bc == nil && (rd.IsZero() || watchAt.Before(rd)) {
+			// The watch may start up to half of watchAfter early: a
+			// kept connection's deadline of a request a moment ago
+			// stays, instead of a timer change per request.
+			if dl := uc.dl; !dl.After(watchAt) && dl.After(watchAt.Add(-watchAfter/2)) {
+				rd = dl
+			} else {
+				rd = watchAt
+			}
+		}
+		return rd
+	}
+	var werr error
+	if inline {
+		// The whole request in one write, then a wait for the answer
+		// without a read that would find nothing yet.
+		uc.setReadDeadline(readDeadline(nil))
+		var n int
+		if n, werr = uc.io.writeThenAwait(out); werr == nil && n < len(out) {
+			_, werr = uc.io.Write(out[n:])
+		}
+	} else {
+		_, werr = uc.io.Write(out)
+	}
+	if werr != nil {
 		uc.close()
 		if uc.reused && replayable {
 			return true
 		}
-		sc.debug(fc, "instance failed", "error", err)
+		sc.debug(fc, "instance failed", "error", werr)
 		fc.keep = sc.fail(fc, http.StatusBadGateway, failedText(fc))
 		return false
 	}
@@ -352,14 +389,9 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 
 	// The response head, and the informational responses before it.
 	rh := &sc.resp
-	watchAt := time.Now().Add(watchAfter)
 	n1xx := 0
 	for {
-		rd := deadline
-		if !watchAt.IsZero() && bc == nil && (rd.IsZero() || watchAt.Before(rd)) {
-			rd = watchAt
-		}
-		uc.setReadDeadline(rd)
+		uc.setReadDeadline(readDeadline(bc))
 		res := headIncomplete
 		if uc.w > uc.r {
 			res = parseResponseHead(uc.buf[uc.r:uc.w], rh)
@@ -369,7 +401,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 				res = headBad
 			} else {
 				sc.out = sc.appendResponseHead(sc.out[:0], rh, bodyNone, true)
-				if _, err := sc.c.Write(sc.out); err != nil {
+				if _, err := sc.io.Write(sc.out); err != nil {
 					return sc.clientGone(fc, uc, bc)
 				}
 				uc.r += rh.size
@@ -398,7 +430,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 				return false
 			}
 		}
-		n, err := uc.c.Read(uc.buf[uc.w:])
+		n, err := uc.io.Read(uc.buf[uc.w:])
 		uc.w += n
 		if n > 0 || err == nil {
 			continue
@@ -465,7 +497,7 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 	idle := fc.cfg.IdleTimeout
 	switch kind {
 	case bodyNone:
-		_, err = sc.c.Write(out)
+		_, err = sc.io.Write(out)
 		reusable = reusable && uc.r == uc.w
 		if err != nil {
 			sc.out = out[:0]
@@ -520,7 +552,9 @@ func (sc *serverConn) exchange(fc *fastCall, uc *upConn, replayable bool) (again
 		sc.rpos = fc.bodyEnd
 	}
 	if reusable && fc.ep.pool != nil {
-		fc.ep.pool.put(uc)
+		// One clock reading for the pool and the in-flight count.
+		fc.end = time.Now()
+		fc.ep.pool.put(uc, fc.end)
 	} else {
 		uc.close()
 	}
@@ -573,7 +607,7 @@ func (sc *serverConn) copyLengthResponse(fc *fastCall, uc *upConn, out []byte, n
 	k := min(int64(uc.w-uc.r), n)
 	out = append(out, uc.buf[uc.r:uc.r+int(k)]...)
 	uc.r += int(k)
-	_, err := sc.c.Write(out)
+	_, err := sc.io.Write(out)
 	sc.out = out[:0]
 	fc.resBytes = k
 	if err != nil {
@@ -604,9 +638,9 @@ func (sc *serverConn) copyLengthResponse(fc *fastCall, uc *upConn, out []byte, n
 		} else {
 			uc.setReadDeadline(time.Time{})
 		}
-		m, err := uc.c.Read(uc.buf[:min(int64(len(uc.buf)), left)])
+		m, err := uc.io.Read(uc.buf[:min(int64(len(uc.buf)), left)])
 		if m > 0 {
-			if _, werr := sc.c.Write(uc.buf[:m]); werr != nil {
+			if _, werr := sc.io.Write(uc.buf[:m]); werr != nil {
 				return werr, nil
 			}
 			left -= int64(m)
@@ -657,7 +691,7 @@ func (sc *serverConn) copyChunkedResponse(fc *fastCall, uc *upConn, out []byte, 
 			}
 		}
 		if len(out) > 0 {
-			_, err := sc.c.Write(out)
+			_, err := sc.io.Write(out)
 			out = out[:0]
 			if err != nil {
 				sc.out = out
@@ -677,12 +711,12 @@ func (sc *serverConn) copyChunkedResponse(fc *fastCall, uc *upConn, out []byte, 
 		if idle > 0 {
 			uc.setReadDeadline(time.Now().Add(idle))
 		}
-		n, err := uc.c.Read(uc.buf[uc.w:])
+		n, err := uc.io.Read(uc.buf[uc.w:])
 		uc.w += n
 		if n == 0 && err != nil {
 			if untilEOF && err == io.EOF {
 				out = append(out, "0\r\n\r\n"...)
-				_, err := sc.c.Write(out)
+				_, err := sc.io.Write(out)
 				sc.out = out[:0]
 				return err, nil
 			}
@@ -956,7 +990,7 @@ func (w *h1Writer) WriteHeader(code int) {
 		_ = h.Write(&hb)
 		b = append(b, hb.Bytes()...)
 		b = append(b, "\r\n"...)
-		_, w.err = w.sc.c.Write(b)
+		_, w.err = w.sc.io.Write(b)
 		return
 	}
 	w.wrote = true
@@ -980,7 +1014,7 @@ func (w *h1Writer) WriteHeader(code int) {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	_, w.err = w.sc.c.Write(b)
+	_, w.err = w.sc.io.Write(b)
 	w.buf = b[:0]
 }
 
@@ -996,9 +1030,9 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 	}
 	if w.chunked {
 		w.buf = appendChunk(w.buf[:0], p)
-		_, w.err = w.sc.c.Write(w.buf)
+		_, w.err = w.sc.io.Write(w.buf)
 	} else {
-		_, w.err = w.sc.c.Write(p)
+		_, w.err = w.sc.io.Write(p)
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -1016,7 +1050,7 @@ func (w *h1Writer) finish() {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.chunked && w.err == nil && !w.broken {
-		_, w.err = w.sc.c.Write([]byte("0\r\n\r\n"))
+		_, w.err = w.sc.io.Write([]byte("0\r\n\r\n"))
 	}
 }
 
@@ -1029,12 +1063,15 @@ func (sc *serverConn) onQueueWait() {
 	sc.startWatch(sc.ctx.cancel)
 }
 
-// remoteAddr is the client's address for the observer.
+// remoteAddr is the client's address for the observer, formatted once
+// per connection.
 func (sc *serverConn) remoteAddr() string {
-	if a := sc.c.RemoteAddr(); a != nil {
-		return a.String()
+	if sc.raddr == "" {
+		if a := sc.c.RemoteAddr(); a != nil {
+			sc.raddr = a.String()
+		}
 	}
-	return ""
+	return sc.raddr
 }
 
 var _ net.Conn = (*replayConn)(nil)

@@ -12,6 +12,7 @@ import (
 type upConn struct {
 	c      net.Conn
 	tcp    *net.TCPConn // c, when it is TCP (bodies are spliced)
+	io     sock         // c's reads and writes
 	buf    []byte       // read buffer; nil while idle
 	r, w   int          // unread bytes are buf[r:w]
 	idleAt time.Time
@@ -23,6 +24,7 @@ type upConn struct {
 func newUpConn(c net.Conn) *upConn {
 	uc := &upConn{c: c}
 	uc.tcp, _ = c.(*net.TCPConn)
+	uc.io.init(c, uc.tcp)
 	return uc
 }
 
@@ -104,12 +106,12 @@ func (p *connPool) get() *upConn {
 	return nil
 }
 
-// put keeps a connection whose request ended cleanly. A read deadline it
-// has stays: the next request sets its own before it reads.
-func (p *connPool) put(uc *upConn) {
+// put keeps a connection whose request ended cleanly at now. A read
+// deadline it has stays: the next request sets its own before it reads.
+func (p *connPool) put(uc *upConn, now time.Time) {
 	uc.release()
 	uc.reused = true
-	uc.idleAt = time.Now()
+	uc.idleAt = now
 	p.mu.Lock()
 	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
 		p.mu.Unlock()

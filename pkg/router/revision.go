@@ -274,8 +274,10 @@ func (rv *revision) release(ep *endpoint) {
 
 // finish ends a request counted in by acquire: it gives back ep's slot
 // (if any) and counts the request out with its status code.
-func (rv *revision) finish(ep *endpoint, code int) {
-	now := time.Now()
+func (rv *revision) finish(ep *endpoint, code int) { rv.finishAt(ep, code, time.Now()) }
+
+// finishAt is finish at a time read by the caller.
+func (rv *revision) finishAt(ep *endpoint, code int, now time.Time) {
 	rv.mu.Lock()
 	var d *endpoint
 	if ep != nil {
