@@ -611,15 +611,11 @@ func (p *pod) nsOf() *network.NS {
 // bundle and creates it, in the spec's order (as the kubelet starts a
 // pod's containers, without waiting for one to be ready before the next).
 func (p *pod) start(ctx context.Context) error {
-	if p.hold != nil {
-		// From here on the pod is an ordinary one: a crash of knbox
-		// leaves it to be adopted.
-		if err := os.Remove(filepath.Join(p.dir, preparedMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("start: %w", err)
-		}
-	}
 	if p.ctrsCreated {
-		return p.startCreated(ctx)
+		if err := p.startCreated(ctx); err != nil {
+			return err
+		}
+		return p.unmarkPrepared()
 	}
 	p.teardownContainers()
 	ns := p.nsOf()
@@ -634,6 +630,9 @@ func (p *pod) start(ctx context.Context) error {
 			}
 			return err
 		}
+	}
+	if err := p.unmarkPrepared(); err != nil {
+		return err
 	}
 	p.lastStarted = time.Now()
 	p.update(func(st *Status) { st.Running = true })
@@ -811,6 +810,21 @@ func (p *pod) awaitStart(ctx context.Context) bool {
 
 // startCreated starts the containers createAll created: `runc start` of
 // each, nothing else.
+// unmarkPrepared makes a prepared pod an ordinary one once its containers
+// have started: from here on a crash of knbox leaves it to be adopted.
+// The marker goes only after the start, not before it: a crash in between
+// then removes a pod that had just started (the next knbox starts another),
+// rather than adopting one whose containers were created and never started.
+func (p *pod) unmarkPrepared() error {
+	if p.hold == nil {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(p.dir, preparedMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
+}
+
 func (p *pod) startCreated(ctx context.Context) error {
 	p.ctrsCreated = false
 	t0 := time.Now()
