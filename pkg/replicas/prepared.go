@@ -45,7 +45,7 @@ import (
 type PreparedBudget struct {
 	// Count is the most sandboxes kept at once (> 0).
 	Count int
-	// Memory bounds the sum of their measured RSS in bytes (> 0).
+	// Memory bounds the sum of their measured memory (PSS, see pod.Runtime.Cost) in bytes (> 0).
 	Memory int64
 }
 
@@ -119,7 +119,7 @@ func (m *Manager) lruLocked(but *revision) *revision {
 	return out
 }
 
-// spareCost records the measured RSS of r's sandbox and returns the
+// spareCost records the measured memory (PSS) of r's sandbox and returns the
 // revisions to evict (r's own included) if the pool is over its memory
 // budget now.
 func (m *Manager) spareCost(r *revision, rss int64) (evicted []*revision) {
@@ -160,14 +160,14 @@ func (m *Manager) touchPool(r *revision, at time.Time) {
 }
 
 // PreparedSandboxes returns the number of prepared sandboxes and the sum of
-// their measured RSS.
-func (m *Manager) PreparedSandboxes() (n int, rss int64) {
+// their measured memory (PSS).
+func (m *Manager) PreparedSandboxes() (n int, pss int64) {
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
 	for _, e := range m.pool {
-		rss += e.rss
+		pss += e.rss
 	}
-	return len(m.pool), rss
+	return len(m.pool), pss
 }
 
 // evict drops the sandboxes of revisions the budget evicted.
