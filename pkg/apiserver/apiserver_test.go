@@ -18,6 +18,8 @@ import (
 	"knative.dev/pkg/apis"
 	duckv1 "knative.dev/pkg/apis/duck/v1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+
+	"github.com/knbox/knbox/pkg/apiserver"
 )
 
 func ksvc(name, image string) *servingv1.Service {
@@ -556,5 +558,43 @@ func TestExecProbesRefused(t *testing.T) {
 	s.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz"}}}
 	if _, err := e.serving.ServingV1().Services("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 		t.Errorf("httpGet probe refused: %v", err)
+	}
+}
+
+// TestCascadingDeleteByPages: a pass that reads the store one object per
+// page collects every dependent and keeps the unrelated object.
+func TestCascadingDeleteByPages(t *testing.T) {
+	defer apiserver.SetGCPageSize(1)()
+	e := newEnv(t)
+	ctx := context.Background()
+	svc, err := e.serving.ServingV1().Services("default").Create(ctx, ksvc("owner", "img"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.OwnerReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: svc.Name, UID: svc.UID}
+	names := []string{"a", "b", "c", "unrelated"}
+	for _, n := range names {
+		cfg := &servingv1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "default"}}
+		if n != "unrelated" {
+			cfg.OwnerReferences = []metav1.OwnerReference{ref}
+		}
+		cfg.Spec.Template.Spec.Containers = []corev1.Container{{Image: "img"}}
+		if _, err := e.serving.ServingV1().Configurations("default").Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.serving.ServingV1().Services("default").Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the dependents to be collected", func() bool {
+		for _, n := range names[:3] {
+			if _, err := e.serving.ServingV1().Configurations("default").Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := e.serving.ServingV1().Configurations("default").Get(ctx, "unrelated", metav1.GetOptions{}); err != nil {
+		t.Errorf("unrelated configuration: %v", err)
 	}
 }

@@ -232,3 +232,30 @@ func TestApplyHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateWithoutManagedFieldsKeepsThem: an update whose object carries
+// no managedFields keeps the stored ones and adds its manager, as
+// kube-apiserver does. The controllers rely on it: their informers cache
+// objects without managedFields (controller.TrimForCache) and they update
+// copies of those.
+func TestUpdateWithoutManagedFieldsKeepsThem(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.dyn.Resource(servicesGVR).Namespace("default")
+	first, err := c.Apply(ctx, "ssa", applyConfig(t, strings.Replace(applySvc, "IMAGE", "img:1", 1)), metav1.ApplyOptions{FieldManager: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upd := first.DeepCopy()
+	upd.SetManagedFields(nil)
+	a := upd.GetAnnotations()
+	a["note"] = "x"
+	upd.SetAnnotations(a)
+	out, err := c.Update(ctx, upd, metav1.UpdateOptions{FieldManager: "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := managers(out); got["alice"] != metav1.ManagedFieldsOperationApply || got["dave"] != metav1.ManagedFieldsOperationUpdate {
+		t.Errorf("managers after an update without managedFields: %v", got)
+	}
+}

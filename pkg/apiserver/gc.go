@@ -18,6 +18,12 @@ import (
 // kill -9 in the middle of a cascade) finishes what was left.
 const gcKey = "pass"
 
+// gcPageSize is how many objects a pass reads from the store at once. The
+// pages are read at the latest revision each: an object written between
+// two pages may be missed by this pass, and is seen by the next (its
+// owner's deletion queues one, and an owner not seen is looked up).
+var gcPageSize = 256 // a variable for the tests
+
 func (s *Server) runGC(ctx context.Context) {
 	for {
 		item, shutdown := s.gc.Get()
@@ -77,17 +83,29 @@ func (s *Server) gcPass(ctx context.Context) (changed bool, err error) {
 		if k.Virtual {
 			continue
 		}
-		entries, _, err := s.store.List(k.storeResource(), "")
-		if err != nil {
-			return false, err
-		}
-		for _, e := range entries {
-			var mo metaOnly
-			if err := json.Unmarshal(e.Value, &mo); err != nil {
+		// By pages: a pass holds the metadata of every object, not the
+		// values of a whole kind (thousands of Events) at once.
+		opts := store.PageOptions{Limit: gcPageSize}
+		for {
+			page, err := s.store.ListPage(k.storeResource(), "", opts)
+			if err != nil {
 				return false, err
 			}
-			objs = append(objs, gcObject{kind: k, meta: mo.Metadata})
-			uids[mo.Metadata.UID] = true
+			for _, e := range page.Entries {
+				var mo metaOnly
+				if err := json.Unmarshal(e.Value, &mo); err != nil {
+					return false, err
+				}
+				objs = append(objs, gcObject{kind: k, meta: mo.Metadata})
+				uids[mo.Metadata.UID] = true
+			}
+			if !page.More || len(page.Entries) == 0 {
+				break
+			}
+			last := page.Entries[len(page.Entries)-1].Key
+			// The next page starts after the last entry: its name with a
+			// zero byte appended is the least position after it.
+			opts.StartNamespace, opts.StartName = last.Namespace, last.Name+"\x00"
 		}
 	}
 	terminating := map[string]bool{}

@@ -32,6 +32,24 @@ type Limits struct {
 	// InstanceAPI bounds the API endpoint knbox serves inside instances
 	// (kubernetes.default.svc).
 	InstanceAPI InstanceAPILimits `json:"instanceAPI,omitempty"`
+	// Memory tunes the Go garbage collector of knbox itself.
+	Memory MemoryLimits `json:"memory,omitempty"`
+}
+
+// MemoryLimits tune the Go runtime's garbage collector of the knbox
+// process, as the GOGC and GOMEMLIMIT environment variables do (which win
+// when set). The defaults are Go's: at rest the process holds up to about
+// twice its live data.
+type MemoryLimits struct {
+	// GCPercent is how far the heap grows beyond the live data before
+	// the next collection, in percent (GOGC). Lower holds less memory for
+	// more collector CPU (BenchmarkIdleServices prints both).
+	GCPercent int `json:"gcPercent,omitempty"`
+	// SoftLimit, when not zero, is the runtime's soft memory limit
+	// (GOMEMLIMIT): near it the collector runs more often and returns
+	// free memory to the system sooner, at the cost of CPU (up to half of
+	// it when the live data itself nears the limit). Zero: none.
+	SoftLimit ByteSize `json:"softLimit,omitempty"`
 }
 
 // InstanceAPILimits bound what one instance may hold of the API endpoint
@@ -197,7 +215,7 @@ const (
 
 	DefaultEventLogSize     = 10000
 	DefaultEventLogBytes    = 64 << 20
-	DefaultCacheBytes       = 16 << 20
+	DefaultCacheBytes       = 4 << 20
 	DefaultWatchBufferBytes = 16 << 20
 
 	DefaultMinFreeBytes = 256 << 20
@@ -227,6 +245,8 @@ const (
 	// two; informers and watches a few more.
 	DefaultInstanceAPIMaxConnections = 32
 	DefaultDNSForwardTimeout         = 2 * time.Second
+
+	DefaultGCPercent = 100 // Go's
 )
 
 func (l *Limits) applyDefaults() {
@@ -245,6 +265,7 @@ func (l *Limits) applyDefaults() {
 	defInt(&r.MaxConnections, DefaultRouterMaxConnections)
 	defDuration(&r.ReadHeaderTimeout, DefaultRouterReadHeaderTimeout)
 	defDuration(&r.IdleTimeout, DefaultRouterIdleTimeout)
+	defInt(&l.Memory.GCPercent, DefaultGCPercent)
 	s := &l.Store
 	defInt(&s.EventLogSize, DefaultEventLogSize)
 	defBytes(&s.EventLogBytes, DefaultEventLogBytes)
@@ -328,6 +349,10 @@ func (l *Limits) validate() error {
 	posDur("router.idleTimeout", r.IdleTimeout)
 	if r.ReadTimeout < 0 {
 		errs = append(errs, fmt.Errorf("limits.router.readTimeout: must not be negative, was %s", time.Duration(r.ReadTimeout)))
+	}
+	pos("memory.gcPercent", int64(l.Memory.GCPercent))
+	if l.Memory.SoftLimit < 0 {
+		errs = append(errs, fmt.Errorf("limits.memory.softLimit: must not be negative (0: none), was %d", l.Memory.SoftLimit))
 	}
 	pos("store.eventLogSize", int64(s.EventLogSize))
 	pos("store.eventLogBytes", int64(s.EventLogBytes))

@@ -78,6 +78,8 @@ func TestLimitsErrorsNameTheField(t *testing.T) {
 		{"limits:\n  api:\n    readTimeout: 1s\n", `unknown field "readTimeout"`},
 		{"limits:\n  router:\n    readTimeout: -1s\n", "limits.router.readTimeout"},
 		{"limits:\n  store:\n    eventLogBytes: -5\n", "limits.store.eventLogBytes"},
+		{"limits:\n  memory:\n    gcPercent: -5\n", "limits.memory.gcPercent"},
+		{"limits:\n  memory:\n    softLimit: -1\n", "limits.memory.softLimit"},
 		{"limits:\n  disk:\n    minFreeBytes: -1Gi\n", "limits.disk.minFreeBytes"},
 		{"limits:\n  images:\n    maxLayerBytes: 16Gi\n", "limits.images"},
 		{"limits:\n  images:\n    pullBackoff: 10m\n", "limits.images.maxPullBackoff"},

@@ -148,7 +148,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{opts: opts, client: opts.Client, log: opts.Logger, clock: opts.Clock, queues: map[string]workqueue.RateLimitingInterface{},
 		initialized: make(chan struct{}), events: newRecorders(opts.Recorder)}
 	c.domain.Store(opts.Domain)
-	c.factory = informers.NewSharedInformerFactory(opts.Client, opts.Resync)
+	c.factory = informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync, informers.WithTransform(TrimForCache))
 	sv := c.factory.Serving().V1()
 	c.services, c.configs, c.revisions, c.routes = sv.Services().Lister(), sv.Configurations().Lister(), sv.Revisions().Lister(), sv.Routes().Lister()
 	for _, k := range []string{kindService, kindConfiguration, kindRevision, kindRoute} {
@@ -188,7 +188,7 @@ func New(opts Options) (*Controller, error) {
 		})
 		// A claim made, changed or deleted by hand decides which
 		// namespace's mapping of its domain is served: wake them.
-		c.netFactory = netinformers.NewSharedInformerFactory(opts.Claims, opts.Resync)
+		c.netFactory = netinformers.NewSharedInformerFactoryWithOptions(opts.Claims, opts.Resync, netinformers.WithTransform(TrimForCache))
 		c.watch(c.netFactory.Networking().V1alpha1().ClusterDomainClaims().Informer(), func(o metaObject) {
 			c.enqueueSameDomain(o.GetName())
 		})

@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	if err := disk.PrepareDataDir(cfg.DataDir); err != nil {
 		return err
 	}
+	tuneGC(cfg.Limits.Memory, log)
 	handoverWait, err := cfg.HandoverWait()
 	if err != nil {
 		return err
@@ -495,7 +496,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Ready:  func(rev string) int32 { return mgr.Ready(autoscaler.SplitKey(rev)) },
 	})
 	scaler := as.Revisions(serving.Autoscaler)
-	inputs := informers.NewSharedInformerFactory(kube, 10*time.Minute)
+	inputs := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithTransform(controller.TrimForCache))
 	mgr, err = replicas.New(replicas.Options{
 		Pods:      pods,
 		Images:    images,

@@ -31,7 +31,7 @@ const (
 // watchDomainConfig applies knative-serving/config-domain to c until ctx
 // ends; fileDomain is the config file's.
 func watchDomainConfig(ctx context.Context, kube kubernetes.Interface, c *controller.Controller, fileDomain *routecfg.Domain, log *slog.Logger) {
-	f := informers.NewSharedInformerFactoryWithOptions(kube, domainConfigMapResync, informers.WithNamespace(systemNamespace),
+	f := informers.NewSharedInformerFactoryWithOptions(kube, domainConfigMapResync, informers.WithNamespace(systemNamespace), informers.WithTransform(controller.TrimForCache),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", domainConfigMapName).String()
 		}))

@@ -1,17 +1,25 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,14 +44,24 @@ import (
 // step, and the bytes per Service between steps. With
 // KNBOX_HEAP_PROFILE=dir it writes a heap profile per step there (go tool
 // pprof -sample_index=inuse_space); KNBOX_IDLE_STEPS=100,300 sets the
-// steps. The test binary's own code is in every
-// figure; the differences are the server's.
-func BenchmarkIdleServices(b *testing.B) {
+// steps. The test binary's own code and data (the test image, the
+// in-process registry's blobs, the client) are in every figure; the
+// differences are the server's. BenchmarkIdleServer measures the knbox
+// binary itself.
+func BenchmarkIdleServices(b *testing.B) { benchIdle(b, false) }
+
+// BenchmarkIdleServer is BenchmarkIdleServices with `knbox serve` run as
+// its own process (the binary built from cmd/knbox, as a user runs it):
+// its RSS is the server's alone. Heap in use and goroutines come from its
+// /metrics (not after a forced GC); there are no heap profiles.
+func BenchmarkIdleServer(b *testing.B) { benchIdle(b, true) }
+
+func benchIdle(b *testing.B, separate bool) {
 	imagetest.Require(b, os.Geteuid() == 0, "instances need root (overlay mounts, network namespaces)")
 	if b.N > 1 {
 		b.Skip("one pass measures everything")
 	}
-	if os.Getenv("KNBOX_HEAP_PROFILE") != "" {
+	if os.Getenv("KNBOX_HEAP_PROFILE") != "" && !separate {
 		runtime.MemProfileRate = 16 << 10 // finer than the default 512 KiB: the differences are small
 	}
 	reg := imagetest.StartRegistry(b)
@@ -70,24 +88,31 @@ func BenchmarkIdleServices(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	up := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- Run(ctx, cfg, log, func(string, string) { up <- struct{}{} }) }()
-	defer func() {
-		cancel()
+	defer cancel()
+	var srv *exec.Cmd
+	var metricsURL string
+	if separate {
+		srv, metricsURL = startServerProcess(b, cfg, reg)
+	} else {
+		up := make(chan struct{}, 1)
+		done := make(chan error, 1)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		go func() { done <- Run(ctx, cfg, log, func(string, string) { up <- struct{}{} }) }()
+		defer func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				b.Error("Run did not end")
+			}
+		}()
 		select {
-		case <-done:
+		case <-up:
+		case err := <-done:
+			b.Fatalf("Run ended before it was ready: %v", err)
 		case <-time.After(2 * time.Minute):
-			b.Error("Run did not end")
+			b.Fatal("not ready within 2 minutes")
 		}
-	}()
-	select {
-	case <-up:
-	case err := <-done:
-		b.Fatalf("Run ended before it was ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		b.Fatal("not ready within 2 minutes")
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cfg.DataDir, KubeconfigFile))
 	if err != nil {
@@ -102,14 +127,20 @@ func BenchmarkIdleServices(b *testing.B) {
 		heap, rss   uint64
 		goroutines  int
 		heapProfile string
+		detail      string
 	}
 	measure := func(n int) step {
 		time.Sleep(3 * time.Second) // let what the last step started settle (not a timed assertion)
+		if separate {
+			heap, goroutines := scrapeGo(b, metricsURL)
+			return step{services: n, heap: heap, rss: rssOf(b, srv.Process.Pid), goroutines: goroutines,
+				detail: rssDetail(b, srv.Process.Pid)}
+		}
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine()}
+		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(), detail: memDetail(b)}
 		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" {
 			s.heapProfile = filepath.Join(dir, fmt.Sprintf("idle-heap-%d.pprof", n))
 			f, err := os.Create(s.heapProfile)
@@ -197,6 +228,7 @@ func BenchmarkIdleServices(b *testing.B) {
 			line += " (" + s.heapProfile + ")"
 		}
 		fmt.Println(line)
+		fmt.Println("      " + s.detail)
 	}
 	last := steps[len(steps)-1]
 	b.ReportMetric(float64(last.rss)/(1<<20), "rss-MiB")
@@ -204,8 +236,11 @@ func BenchmarkIdleServices(b *testing.B) {
 }
 
 // rss is this process's resident set size, from /proc/self/status.
-func rss(t testing.TB) uint64 {
-	b, err := os.ReadFile("/proc/self/status")
+func rss(t testing.TB) uint64 { return rssOf(t, os.Getpid()) }
+
+// rssOf is process pid's resident set size, from /proc/pid/status.
+func rssOf(t testing.TB, pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +252,211 @@ func rss(t testing.TB) uint64 {
 	}
 	t.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// memDetail says where the RSS goes: anonymous against file-backed pages
+// (the binary's, bbolt's map), and the Go runtime's classes (live objects,
+// heap kept but unused or free and not yet returned, stacks, the runtime's
+// own), with the cumulative GC CPU, all in MiB.
+func memDetail(t testing.TB) string {
+	st := rssClasses(t, os.Getpid())
+	names := []string{
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/stacks:bytes",
+		"/memory/classes/os-stacks:bytes",
+		"/memory/classes/metadata/other:bytes",
+		"/memory/classes/metadata/mspan/inuse:bytes",
+		"/memory/classes/metadata/mcache/inuse:bytes",
+		"/memory/classes/profiling/buckets:bytes",
+		"/memory/classes/other:bytes",
+		"/gc/heap/goal:bytes",
+		"/cpu/classes/gc/total:cpu-seconds",
+		"/cpu/classes/total:cpu-seconds",
+	}
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	metrics.Read(samples)
+	v := func(i int) float64 {
+		if samples[i].Value.Kind() == metrics.KindFloat64 {
+			return samples[i].Value.Float64()
+		}
+		if samples[i].Value.Kind() == metrics.KindUint64 {
+			return float64(samples[i].Value.Uint64()) / (1 << 20)
+		}
+		return 0
+	}
+	return fmt.Sprintf("RSS anon %.1f file %.1f (%s); heap objects %.1f, unused %.1f, free %.1f (released %.1f), goal %.1f; stacks %.1f; runtime metadata %.1f, other %.1f, profiling %.1f; GC CPU %.1fs of %.1fs",
+		st["RssAnon"], st["RssFile"], fileMappings(t, os.Getpid()), v(0), v(1), v(2), v(3), v(11), v(4)+v(5), v(6)+v(7)+v(8), v(10), v(9), v(12), v(13))
+}
+
+// rssClasses reads the Rss* lines of /proc/pid/status, in MiB.
+func rssClasses(t testing.TB, pid int) map[string]float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && strings.HasPrefix(f[0], "Rss") {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			st[strings.TrimSuffix(f[0], ":")] = kb / 1024
+		}
+	}
+	return st
+}
+
+// rssDetail is memDetail's first part for another process, with the
+// file-backed mappings that hold the most resident pages.
+func rssDetail(t testing.TB, pid int) string {
+	st := rssClasses(t, pid)
+	return fmt.Sprintf("RSS anon %.1f file %.1f (%s)", st["RssAnon"], st["RssFile"], fileMappings(t, pid))
+}
+
+// fileMappings lists the three files with the most resident pages mapped
+// in process pid, from /proc/pid/smaps, in MiB.
+func fileMappings(t testing.TB, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFile := map[string]float64{}
+	cur := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			cur = ""
+			if len(f) >= 6 && strings.HasPrefix(f[5], "/") {
+				cur = filepath.Base(f[5])
+			}
+		case len(f) >= 2 && f[0] == "Rss:" && cur != "":
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			byFile[cur] += kb / 1024
+		}
+	}
+	names := make([]string, 0, len(byFile))
+	for n := range byFile {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(byFile[b], byFile[a]) })
+	var out []string
+	for _, n := range names[:min(3, len(names))] {
+		out = append(out, fmt.Sprintf("%s %.1f", n, byFile[n]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// startServerProcess builds cmd/knbox and runs `knbox serve` with cfg
+// (its registry and metrics on free loopback ports), until the benchmark
+// ends. It returns the process and its /metrics URL once the kubeconfig
+// is written.
+func startServerProcess(b *testing.B, cfg *config.Config, reg string) (*exec.Cmd, string) {
+	bin := filepath.Join(b.TempDir(), "knbox")
+	build := exec.Command("go", "build", "-o", bin, "github.com/knbox/knbox/cmd/knbox")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build knbox: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	file := map[string]any{
+		"dataDir": cfg.DataDir, "apiAddr": cfg.APIAddr, "httpAddr": cfg.HTTPAddr,
+		"insecureRegistries": []string{reg}, "defaultRuntimeClass": "process",
+		"runtimes": map[string]any{"process": map[string]any{"enabled": true},
+			"runc": map[string]any{"binary": "/nonexistent/runc"}, "runsc": map[string]any{"binary": "/nonexistent/runsc"},
+			"crun": map[string]any{"binary": "/nonexistent/crun"}},
+		"configMaps":    cfg.ConfigMaps,
+		"restart":       map[string]any{"keepInstances": false, "handoverTimeout": "0s"},
+		"registry":      map[string]any{"addr": "127.0.0.1:0"},
+		"observability": map[string]any{"metricsAddr": metricsAddr},
+	}
+	js, err := json.Marshal(file) // JSON is YAML
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgPath := filepath.Join(b.TempDir(), "knbox.yaml")
+	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = io.Discard, &syncWriter{w: &logs}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+			b.Error("knbox serve did not end on SIGTERM")
+		}
+	})
+	awaitEvery(b, 2*time.Minute, 100*time.Millisecond, "knbox serve up", func() error {
+		select {
+		case <-exited:
+			b.Fatalf("knbox serve ended: %s", logs.String())
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, KubeconfigFile)); err != nil {
+			return err
+		}
+		_, err := http.Get("http://" + metricsAddr + "/metrics")
+		return err
+	})
+	return cmd, "http://" + metricsAddr + "/metrics"
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// scrapeGo reads go_memstats_heap_inuse_bytes and go_goroutines from a
+// /metrics page.
+func scrapeGo(t testing.TB, url string) (heap uint64, goroutines int) {
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "go_memstats_heap_inuse_bytes":
+			heap = uint64(v)
+		case "go_goroutines":
+			goroutines = int(v)
+		}
+	}
+	return heap, goroutines
 }
 
 // awaitEvery checks cond every interval until it holds, for at most timeout.

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
@@ -103,4 +106,17 @@ func imageOptions(cfg *config.Config) (image.Options, error) {
 		SkipTagResolving: sets.List(dep.RegistriesSkippingTagResolving),
 		BlobGrace:        cfg.Registry.BlobGrace.D(),
 	}, nil
+}
+
+// tuneGC applies limits.memory to the Go runtime of this process, except
+// what the GOGC and GOMEMLIMIT environment variables already set.
+func tuneGC(m config.MemoryLimits, log *slog.Logger) {
+	if _, ok := os.LookupEnv("GOGC"); !ok && m.GCPercent > 0 && m.GCPercent != config.DefaultGCPercent {
+		debug.SetGCPercent(m.GCPercent)
+		log.Info("garbage collector target set", "gcPercent", m.GCPercent)
+	}
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok && m.SoftLimit > 0 {
+		debug.SetMemoryLimit(int64(m.SoftLimit))
+		log.Info("soft memory limit set", "bytes", int64(m.SoftLimit))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	serving "knative.dev/serving/pkg/apis/serving"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -63,10 +64,25 @@ func (l *revisionLabels) labels(namespace, revision string) (service, configurat
 	return rev.Labels[serving.ServiceLabelKey], rev.Labels[serving.ConfigurationLabelKey]
 }
 
+// revisionNames is the transform of revisionLabels' informer: of a
+// Revision it keeps what labels and Forget read (namespace, name, labels)
+// and what the informer itself needs (resourceVersion, uid), not the spec
+// and status that the controllers' own informer already caches. It never
+// writes to its argument: client-go v0.29 passes cached objects to it again
+// on every resync.
+func revisionNames(obj any) (any, error) {
+	rev, ok := obj.(*servingv1.Revision)
+	if !ok { // a cache.DeletedFinalStateUnknown: its object was trimmed
+		return obj, nil
+	}
+	return &servingv1.Revision{TypeMeta: rev.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: rev.Name,
+		UID: rev.UID, ResourceVersion: rev.ResourceVersion, Labels: rev.Labels}}, nil
+}
+
 // start runs the informer until ctx ends; deleted revisions are forgotten
 // by m.
 func (l *revisionLabels) start(ctx context.Context, client servingclient.Interface, m *metrics.Metrics) (servinginformers.SharedInformerFactory, error) {
-	f := servinginformers.NewSharedInformerFactory(client, 10*time.Minute)
+	f := servinginformers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, servinginformers.WithTransform(revisionNames))
 	revs := f.Serving().V1().Revisions()
 	if _, err := revs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {

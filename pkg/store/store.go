@@ -130,9 +130,12 @@ type Options struct {
 	EventLogBytes int64
 	// CacheBytes bounds the values of the newest events held in memory as
 	// well, so that recent resumptions do not read the file. Zero means
-	// DefaultCacheBytes.
+	// DefaultCacheBytes: 4 MiB, a few thousand small objects' writes; a
+	// server at rest holds it for nothing, and a resumption from further
+	// back reads the log from the file.
 	CacheBytes int64
-	// WatchBuffer is the channel buffer per watcher; a watcher that falls
+	// WatchBuffer is the most live events a watcher holds for its receiver
+	// (in a queue that grows with them); a watcher that falls
 	// further behind is closed (the caller re-watches from the last revision
 	// it saw). Zero means DefaultWatchBuffer.
 	WatchBuffer int
@@ -174,7 +177,7 @@ type Options struct {
 const (
 	DefaultEventLogSize     = 10000
 	DefaultEventLogBytes    = 64 << 20
-	DefaultCacheBytes       = 16 << 20
+	DefaultCacheBytes       = 4 << 20
 	DefaultWatchBuffer      = 1000
 	DefaultWatchBufferBytes = 16 << 20
 	// DefaultMaxValueBytes is etcd's default request size limit

@@ -6,20 +6,81 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync/atomic"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // watcher is one Watch. Its goroutine first sends the backlog (snapshot and
-// catch-up events), then forwards live events that dispatch puts in in.
+// catch-up events), then forwards live events that dispatch queues.
+//
+// The live events wait in a slice that grows with the backlog, not in a
+// channel of WatchBuffer events: a channel's buffer is allocated whole when
+// the watch starts (some 130 KiB for 1000 events), and every informer and
+// API watch holds one for its life, idle or not.
 type watcher struct {
 	f    filter
-	from int64      // only events with a revision > from are delivered
-	in   chan Event // live events; closed by dispatch when the watcher falls behind
+	from int64 // only events with a revision > from are delivered
 	out  chan Event
-	// pending is the bytes of the values of the events in in.
-	pending atomic.Int64
+	// wake has a token when queue or dropped changed since the goroutine
+	// last looked.
+	wake chan struct{}
+
+	mu      sync.Mutex
+	queue   []Event // live events not yet taken by the goroutine
+	pending int64   // the bytes of the values of the events in queue
+	dropped bool    // fell behind: the goroutine sends queue, then ends
+}
+
+// push queues ev unless the watcher already holds max events or maxBytes
+// bytes of values (with at least one event queued); it reports whether it
+// did.
+func (w *watcher) push(ev Event, max int, maxBytes int64) bool {
+	size := eventBytes(ev)
+	w.mu.Lock()
+	ok := len(w.queue) < max && !(w.pending+size > maxBytes && w.pending > 0)
+	if ok {
+		w.queue = append(w.queue, ev)
+		w.pending += size
+	}
+	w.mu.Unlock()
+	if ok {
+		w.signal()
+	}
+	return ok
+}
+
+// drop marks the watcher fallen behind: its goroutine sends what is queued
+// and ends the watch.
+func (w *watcher) drop() {
+	w.mu.Lock()
+	w.dropped = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *watcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the oldest queued event, as a receive from a channel would
+// (so the bounds count exactly what a channel's buffer held). It reports
+// whether there was one, and whether the watcher was dropped.
+func (w *watcher) next() (ev Event, ok, dropped bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) == 0 {
+		w.queue = nil // the backing array of a burst goes
+		return Event{}, false, w.dropped
+	}
+	ev = w.queue[0]
+	w.queue[0] = Event{} // let its bytes go
+	w.queue = w.queue[1:]
+	w.pending -= eventBytes(ev)
+	return ev, true, w.dropped
 }
 
 // logChunkBytes bounds the values of logged events a resuming watcher reads
@@ -95,8 +156,8 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 	w := &watcher{
 		f:    f,
 		from: from,
-		in:   make(chan Event, s.opts.WatchBuffer),
 		out:  make(chan Event),
+		wake: make(chan struct{}, 1),
 	}
 	set := s.watchers[resource]
 	if set == nil {
@@ -155,13 +216,18 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 	}
 	for {
 		select {
-		case ev, ok := <-w.in:
-			if !ok {
-				return
-			}
-			w.pending.Add(-eventBytes(ev))
-			if !send(ev) {
-				return
+		case <-w.wake:
+			for {
+				ev, ok, dropped := w.next()
+				if !ok {
+					if dropped {
+						return
+					}
+					break
+				}
+				if !send(ev) {
+					return
+				}
 			}
 		case <-ctx.Done():
 			return
@@ -289,27 +355,15 @@ func eventBytes(ev Event) int64 { return int64(len(ev.Entry.Value) + len(ev.Prev
 // bytes, is dropped: its goroutine sends what is buffered and closes its
 // channel.
 func (s *Store) dispatch(ev Event) {
-	size := eventBytes(ev)
 	for w := range s.watchers[ev.Entry.Key.Resource] {
 		if ev.Entry.Revision <= w.from || !w.f.match(ev.Entry.Key) {
 			continue
 		}
-		if w.pending.Load()+size > s.opts.WatchBufferBytes && w.pending.Load() > 0 {
-			s.drop(w)
-			continue
-		}
-		select {
-		case w.in <- ev:
-			w.pending.Add(size)
-		default:
-			s.drop(w)
+		if !w.push(ev, s.opts.WatchBuffer, s.opts.WatchBufferBytes) {
+			s.forget(w)
+			w.drop()
 		}
 	}
-}
-
-func (s *Store) drop(w *watcher) {
-	s.forget(w)
-	close(w.in)
 }
 
 // snapshot lists the objects matching f as synthetic Added events.
