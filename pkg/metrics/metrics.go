@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultQueueLength is how many observed requests may wait for the
-// metrics goroutine before more are dropped.
+// access log and trace goroutine (Run) before more are dropped.
 const DefaultQueueLength = 4096
 
 // Knative's label names.
@@ -47,8 +47,8 @@ type Options struct {
 	// AccessLog, if not nil, receives one JSON line per request (see
 	// AccessLogFields); nil: no access log.
 	AccessLog io.Writer
-	// QueueLength bounds the observed requests waiting for the metrics
-	// goroutine; 0 means DefaultQueueLength.
+	// QueueLength bounds the observed requests waiting for Run (access
+	// log and Trace only); 0 means DefaultQueueLength.
 	QueueLength int
 	// Trace, if not nil, is given each observed request on the metrics
 	// goroutine, after it was counted (to make its spans off the request
@@ -150,7 +150,7 @@ func New(o Options) *Metrics {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, requestLabels)
 	}
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "knbox_observer_dropped_total",
-		Help: "Requests left out of the request metrics and the access log because the observer's queue was full."})
+		Help: "Requests left out of the access log and the spans because the observer's queue was full."})
 	m.requests = counter("revision_request_count", "The number of requests that are routed to a revision (queue-proxy's).")
 	m.latencies = histogram("revision_request_latencies", "The response time in milliseconds, queue wait included (queue-proxy's).")
 	m.appRequests = counter("revision_app_request_count", "The number of requests that reached an instance of the revision.")
