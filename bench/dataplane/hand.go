@@ -48,7 +48,14 @@ func (e *env) newHandRunner(rt, rev string) (*handRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	matches, err := filepath.Glob(filepath.Join(e.dir, "data", "instances", "instances", rev+"-*", "config.json"))
+	all, err := filepath.Glob(filepath.Join(e.dir, "data", "instances", "instances", rev+"-*", "config.json"))
+	var matches []string
+	for _, m := range all {
+		// Not the revision's prepared sandbox: its instance's.
+		if _, serr := os.Stat(filepath.Join(filepath.Dir(m), "prepared")); serr != nil {
+			matches = append(matches, m)
+		}
+	}
 	if err != nil || len(matches) != 1 {
 		return nil, fmt.Errorf("bundle of %s: %d found (%v)", rev, len(matches), err)
 	}
@@ -313,6 +320,16 @@ func (e *env) deleteAndWait(ctx context.Context, svcs map[string]string) error {
 		for _, rev := range svcs {
 			if _, ok := reps[rev]; ok && rev != "" {
 				return false, nil
+			}
+		}
+		// Their instances and prepared sandboxes stop in the
+		// background: gone once their directories are.
+		ents, _ := os.ReadDir(filepath.Join(e.dir, "data", "instances", "instances"))
+		for _, en := range ents {
+			for _, rev := range svcs {
+				if rev != "" && strings.HasPrefix(en.Name(), rev+"-") {
+					return false, nil
+				}
 			}
 		}
 		return true, nil

@@ -64,11 +64,12 @@ func TestDefaults(t *testing.T) {
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},
-			Events:           EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
-			EphemeralStorage: EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
-			InstanceDNS:      DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
-			InstanceAPI:      InstanceAPILimits{MaxConnections: 32},
-			Memory:           MemoryLimits{GCPercent: 100},
+			Events:            EventLimits{TTL: Duration(time.Hour), MaxPerNamespace: 1000},
+			EphemeralStorage:  EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
+			InstanceDNS:       DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
+			InstanceAPI:       InstanceAPILimits{MaxConnections: 32},
+			Memory:            MemoryLimits{GCPercent: 100},
+			PreparedSandboxes: PreparedSandboxLimits{Count: 16, Memory: 256 << 20},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
@@ -577,6 +578,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("configMaps:\n  config-domain:\n    a.b: |\n      selector:\n        x: y\n")
 	f.Add("egress:\n  enabled: true\n  subnet: 10.89.0.0/16\n  bridge: knbox0\n  nameservers: [192.0.2.53]\n")
 	f.Add("policy:\n  refuseRoot: true\n  seccompProfile: Unconfined\n  pidsLimit: -1\n  maskedPaths: []\n  addableCapabilities: [NET_RAW]\nruntimes:\n  process:\n    enabled: true\n")
+	f.Add("limits:\n  preparedSandboxes:\n    count: -1\n    memory: 1Ki\n    disabled: true\n")
 	f.Add("limits:\n  ephemeralStorage:\n    interval: 2s\n    defaultContainerLimit: 1Gi\n    maxFiles: 10\n    maxDepth: 4\n")
 	f.Add("limits:\n  api:\n    maxObjectBytes: 1Mi\n    requestTimeout: 30s\n    maxObjectBytesByResource:\n      configmaps: 512Ki\n  router:\n    readTimeout: 0s\n  images:\n    maxLayerBytes: 1Gi\n")
 	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
@@ -634,6 +636,8 @@ func FuzzLoad(f *testing.F) {
 			"builds.maxSourceFiles":                c.Builds.MaxSourceFiles,
 			"builds.gitTimeout":                    int64(c.Builds.GitTimeout),
 			"builds.maxGitFetchBytes":              c.Builds.MaxGitFetchBytes,
+			"preparedSandboxes.count":              int64(l.PreparedSandboxes.Count),
+			"preparedSandboxes.memory":             int64(l.PreparedSandboxes.Memory),
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)

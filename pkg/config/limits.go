@@ -34,6 +34,24 @@ type Limits struct {
 	InstanceAPI InstanceAPILimits `json:"instanceAPI,omitempty"`
 	// Memory tunes the Go garbage collector of knbox itself.
 	Memory MemoryLimits `json:"memory,omitempty"`
+	// PreparedSandboxes bounds the sandboxes kept prepared (made up to
+	// their containers' start) for the next scale-up of revisions, so
+	// that a cold start costs only the start (see package replicas).
+	PreparedSandboxes PreparedSandboxLimits `json:"preparedSandboxes,omitempty"`
+}
+
+// PreparedSandboxLimits bound the prepared sandboxes, one per revision at
+// most, shared by all revisions in the order of their last request.
+type PreparedSandboxLimits struct {
+	// Disabled: no sandbox is prepared; every instance is made when it is
+	// wanted.
+	Disabled bool `json:"disabled,omitempty"`
+	// Count is the most sandboxes kept at once.
+	Count int `json:"count,omitempty"`
+	// Memory bounds their summed memory: the proportional set size (PSS)
+	// of each one's shim and what waits under it (the runtime's created
+	// init; runsc's sandbox and gofer).
+	Memory ByteSize `json:"memory,omitempty"`
 }
 
 // MemoryLimits tune the Go runtime's garbage collector of the knbox
@@ -244,7 +262,12 @@ const (
 	// DefaultInstanceAPIMaxConnections: a client-go client holds one or
 	// two; informers and watches a few more.
 	DefaultInstanceAPIMaxConnections = 32
-	DefaultDNSForwardTimeout         = 2 * time.Second
+	// DefaultPreparedSandboxes and DefaultPreparedSandboxMemory: a
+	// prepared runc sandbox holds about 10-35 MiB (PSS of its shim and
+	// waiting init; runsc more), so the memory bound usually binds first.
+	DefaultPreparedSandboxes     = 16
+	DefaultPreparedSandboxMemory = 256 << 20
+	DefaultDNSForwardTimeout     = 2 * time.Second
 
 	DefaultGCPercent = 100 // Go's
 )
@@ -287,6 +310,8 @@ func (l *Limits) applyDefaults() {
 	defInt(&l.Events.MaxPerNamespace, DefaultMaxEventsPerNamespace)
 	defInt(&l.InstanceDNS.MaxForwarding, DefaultDNSMaxForwarding)
 	defInt(&l.InstanceAPI.MaxConnections, DefaultInstanceAPIMaxConnections)
+	defInt(&l.PreparedSandboxes.Count, DefaultPreparedSandboxes)
+	defBytes(&l.PreparedSandboxes.Memory, DefaultPreparedSandboxMemory)
 	defDuration(&l.InstanceDNS.ForwardTimeout, DefaultDNSForwardTimeout)
 	e := &l.EphemeralStorage
 	defDuration(&e.Interval, DefaultEphemeralStorageInterval)
@@ -374,6 +399,8 @@ func (l *Limits) validate() error {
 	pos("instanceDNS.maxForwarding", int64(l.InstanceDNS.MaxForwarding))
 	posDur("instanceDNS.forwardTimeout", l.InstanceDNS.ForwardTimeout)
 	pos("instanceAPI.maxConnections", int64(l.InstanceAPI.MaxConnections))
+	pos("preparedSandboxes.count", int64(l.PreparedSandboxes.Count))
+	pos("preparedSandboxes.memory", int64(l.PreparedSandboxes.Memory))
 	if i.MaxPullBackoff < i.PullBackoff {
 		errs = append(errs, fmt.Errorf("limits.images.maxPullBackoff: %s is shorter than pullBackoff %s", time.Duration(i.MaxPullBackoff), time.Duration(i.PullBackoff)))
 	}

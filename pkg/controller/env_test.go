@@ -34,14 +34,19 @@ type fakeRuntime struct {
 	removed  map[string]bool
 	ensured  map[string]int
 	resolves map[string]int
+	// appear is closed when the "late" images are pushed: until then the
+	// first resolution of one fails and the later ones wait.
+	appear chan struct{}
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}, resolves: map[string]int{}}
+	return &fakeRuntime{removed: map[string]bool{}, ensured: map[string]int{}, resolves: map[string]int{}, appear: make(chan struct{})}
 }
 
 // Resolve: "missing" images never resolve; "flaky" ones fail their first
-// two resolutions; "slow" ones answer only when ctx ends.
+// two resolutions; "slow" ones answer only when ctx ends; "late" ones fail
+// their first resolution, and the later ones wait (at most 30s, whatever
+// ctx says) until appear is closed, then succeed.
 func (f *fakeRuntime) Resolve(ctx context.Context, _ *servingv1.Revision, img string) (string, error) {
 	f.mu.Lock()
 	f.resolves[img]++
@@ -52,6 +57,14 @@ func (f *fakeRuntime) Resolve(ctx context.Context, _ *servingv1.Revision, img st
 		return "", errors.New("MANIFEST_UNKNOWN: manifest unknown")
 	case strings.Contains(img, "flaky") && n <= 2:
 		return "", errors.New("registry unavailable: connection refused")
+	case strings.Contains(img, "late") && n == 1:
+		return "", errors.New("MANIFEST_UNKNOWN: manifest unknown")
+	case strings.Contains(img, "late"):
+		select {
+		case <-f.appear:
+		case <-time.After(30 * time.Second):
+			return "", errors.New("test: the image never appeared")
+		}
 	case strings.Contains(img, "slow"):
 		<-ctx.Done()
 		return "", ctx.Err()

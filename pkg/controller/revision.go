@@ -55,9 +55,12 @@ func (c *Controller) reconcileRevision(ctx context.Context, ns, name string) err
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				// As Knative does, on the first failure: ContainerHealthy
+				// (and so Ready) False, ContainerMissing, with Knative's
+				// message and the registry's error; ResourcesAvailable
+				// stays as it is, so Ready shows this message.
 				rev.Status.MarkContainerHealthyFalse(servingv1.ReasonContainerMissing,
-					servingv1.RevisionContainerMissingMessage(ctr.Image, err.Error()))
-				rev.Status.MarkResourcesAvailableFalse(servingv1.ReasonContainerMissing, "the image could not be resolved")
+					servingv1.RevisionContainerMissingMessage(ctr.Image, "failed to resolve image to digest")+": "+err.Error())
 				rev.Status.ObservedGeneration = rev.Generation
 				if err := c.updateRevisionStatus(ctx, cur, rev); err != nil {
 					return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 )
 
@@ -94,4 +96,62 @@ func TestDigestResolution(t *testing.T) {
 	if n < 1 {
 		t.Errorf("slow resolved %d times", n)
 	}
+}
+
+// TestImageMissingAtOnce: the first failed resolution of an image shows
+// at once, as Knative shows it (Revision ContainerHealthy and Ready False,
+// ContainerMissing, a message naming the image and the registry's error;
+// the Configuration and the Service failed, the Service's
+// ConfigurationsReady with that message), not after the retries: the
+// second resolution is still waiting while the test sees all of it. Once
+// the image appears the retry succeeds and the Revision becomes Ready.
+func TestImageMissingAtOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	var once sync.Once
+	appear := func() { once.Do(func() { close(e.rt.appear) }) }
+	t.Cleanup(appear) // before the controller stops (cleanups run last first)
+	ctx := context.Background()
+	const img = "example.com/late:v1"
+	if _, err := e.client.ServingV1().Services("default").Create(ctx, ksvc("late", img), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "late reported missing", func() error {
+		rev, err := e.client.ServingV1().Revisions("default").Get(ctx, "late-00001", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := fmt.Sprintf("Unable to fetch image %q: ", img)
+		for _, typ := range []apis.ConditionType{servingv1.RevisionConditionContainerHealthy, servingv1.RevisionConditionReady} {
+			c := rev.Status.GetCondition(typ)
+			if c == nil || !c.IsFalse() || c.Reason != "ContainerMissing" || !strings.Contains(c.Message, want) || !strings.Contains(c.Message, "MANIFEST_UNKNOWN") {
+				return fmt.Errorf("revision %s %+v", typ, c)
+			}
+		}
+		cfg, err := e.client.ServingV1().Configurations("default").Get(ctx, "late", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := cfg.Status.GetCondition(servingv1.ConfigurationConditionReady); c == nil || !c.IsFalse() || c.Reason != "RevisionFailed" || !strings.Contains(c.Message, want) {
+			return fmt.Errorf("configuration ready %+v", c)
+		}
+		svc := e.svc("late")
+		if c := svc.Status.GetCondition(servingv1.ServiceConditionReady); c == nil || !c.IsFalse() {
+			return fmt.Errorf("service ready %+v", c)
+		}
+		if c := svc.Status.GetCondition(servingv1.ServiceConditionConfigurationsReady); c == nil || !c.IsFalse() || !strings.Contains(c.Message, want) {
+			return fmt.Errorf("service configurations ready %+v", c)
+		}
+		if c := svc.Status.GetCondition(servingv1.ServiceConditionRoutesReady); c == nil || !c.IsFalse() {
+			return fmt.Errorf("service routes ready %+v", c)
+		}
+		return nil
+	})
+	e.rt.mu.Lock()
+	n := e.rt.resolves[img]
+	e.rt.mu.Unlock()
+	if n > 2 {
+		t.Errorf("%d resolutions before the failure showed, want it after the first", n)
+	}
+	appear()
+	e.readyAt("late", "late-00001")
 }

@@ -516,6 +516,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		// inside instances.
 		API:              netip.AddrPortFrom(instanceAddr, instanceAPIPort),
 		ExecProbes:       cfg.Policy.AllowExecProbes,
+		Prepared:         preparedBudget(cfg.Limits.PreparedSandboxes),
 		Event:            instanceEvents(events),
 		ProgressDeadline: dep.ProgressDeadline,
 		Logger:           log.With("component", "replicas"),
@@ -873,4 +874,13 @@ func writePrivate(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// preparedBudget is the revision manager's budget of prepared sandboxes
+// (nil: none).
+func preparedBudget(l config.PreparedSandboxLimits) *replicas.PreparedBudget {
+	if l.Disabled {
+		return nil
+	}
+	return &replicas.PreparedBudget{Count: l.Count, Memory: int64(l.Memory)}
 }

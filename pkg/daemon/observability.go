@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	serving "knative.dev/serving/pkg/apis/serving"
@@ -113,6 +114,21 @@ func observeAPI(m *metrics.Metrics) func(apiserver.RequestRecord) {
 func addCollectors(m *metrics.Metrics, rt *router.Router, as *autoscaler.Autoscaler, mgr *replicas.Manager, pods *pod.Runtime) error {
 	if err := m.Register(rt.Collector()); err != nil {
 		return err
+	}
+	// The prepared sandboxes (limits.preparedSandboxes) are not instances:
+	// they show only as these two gauges, read when scraped.
+	for _, g := range []struct {
+		name, help string
+		read       func() float64
+	}{
+		{"knbox_prepared_sandboxes", "Sandboxes prepared ahead of a request (containers created, not started).",
+			func() float64 { n, _ := mgr.PreparedSandboxes(); return float64(n) }},
+		{"knbox_prepared_sandboxes_memory_bytes", "Measured memory (PSS) of the prepared sandboxes, as limits.preparedSandboxes.memory counts it.",
+			func() float64 { _, b := mgr.PreparedSandboxes(); return float64(b) }},
+	} {
+		if err := m.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, g.read)); err != nil {
+			return err
+		}
 	}
 	if err := m.AddQueues(func() []metrics.Queue {
 		var out []metrics.Queue

@@ -26,6 +26,10 @@ type monitor interface {
 	// start creates and starts container id from bundle; its stdout and
 	// stderr go to the pod's log, each line starting with tag.
 	start(ctx context.Context, id, bundle, tag string) (task, error)
+	// prepare creates container id from bundle without starting it
+	// (task.start starts it); errCannotPrepare when the handler (or the
+	// process that would supervise the container) cannot.
+	prepare(ctx context.Context, id, bundle, tag string) (task, error)
 	// log writes a line of knbox's own into the pod's log (stderr).
 	log(line string)
 	// close releases the log and the socket, once every container is
@@ -42,6 +46,8 @@ type task interface {
 	// log.
 	Wait(ctx context.Context) (runtime.ExitStatus, error)
 	Delete(ctx context.Context) error
+	// start starts a task that prepare made.
+	start(ctx context.Context) error
 	// tail is the end of what the container wrote, for its termination
 	// message.
 	tail() string
@@ -74,10 +80,30 @@ func newLocalMonitor(h runtime.Handler, logPath, dir string) (*localMonitor, err
 }
 
 func (m *localMonitor) start(ctx context.Context, id, bundle, tag string) (task, error) {
+	return m.create(ctx, id, bundle, tag, m.h.Create)
+}
+
+// errCannotPrepare: the container is to be created and started at once.
+var errCannotPrepare = errors.New("the handler cannot prepare containers here")
+
+func (m *localMonitor) prepare(ctx context.Context, id, bundle, tag string) (task, error) {
+	pr, ok := m.h.(runtime.Preparer)
+	if !ok {
+		return nil, errCannotPrepare
+	}
+	t, err := m.create(ctx, id, bundle, tag, pr.Prepare)
+	if errors.Is(err, runtime.ErrNotSubreaper) {
+		return nil, errCannotPrepare
+	}
+	return t, err
+}
+
+func (m *localMonitor) create(ctx context.Context, id, bundle, tag string,
+	create func(context.Context, string, string, runtime.IO) (runtime.Container, error)) (task, error) {
 	t := &localTask{tailBuf: &logs.Tail{}}
 	t.stdout = &logs.LineWriter{File: m.logf, Stream: logs.Stdout, Tag: tag, Tail: t.tailBuf}
 	t.stderr = &logs.LineWriter{File: m.logf, Stream: logs.Stderr, Tag: tag, Tail: t.tailBuf}
-	c, err := m.h.Create(ctx, id, bundle, runtime.IO{Stdout: t.stdout, Stderr: t.stderr})
+	c, err := create(ctx, id, bundle, runtime.IO{Stdout: t.stdout, Stderr: t.stderr})
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +156,14 @@ func (t *localTask) Wait(ctx context.Context) (runtime.ExitStatus, error) {
 		})
 	}
 	return st, err
+}
+
+func (t *localTask) start(ctx context.Context) error {
+	s, ok := t.Container.(runtime.Starter)
+	if !ok {
+		return fmt.Errorf("container %s was not prepared", t.ID())
+	}
+	return s.Start(ctx)
 }
 
 func (t *localTask) tail() string { return t.tailBuf.LastLines() }

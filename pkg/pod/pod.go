@@ -75,6 +75,11 @@ type pod struct {
 	created time.Time
 	limits  storageLimits // local storage (ephemeral.go)
 
+	// hold, for a pod made by Prepare, is closed by Start: until then the
+	// pod is made up to its containers, created and not started.
+	hold     chan struct{}
+	holdOnce sync.Once
+
 	stopCh   chan struct{} // closed by requestStop
 	stopOnce sync.Once
 	grace    time.Duration // set before stopCh is closed
@@ -86,6 +91,11 @@ type pod struct {
 	// netStop closes what Options.Network serves in ns.
 	netStop io.Closer
 
+	// costMon and costPids are what Cost measures: the monitor, and the
+	// containers' pids when it is no shim.
+	costMon  monitor
+	costPids []int
+
 	volMu sync.Mutex            // serialises volume writes
 	vols  map[string]oci.Volume // prepared volumes, by name
 	files map[string]map[string]File
@@ -93,7 +103,9 @@ type pod struct {
 	// Owned by run.
 	adopted  bool // recovered with its containers running: supervise first
 	prepared bool
-	mon      monitor
+	// ctrsCreated: every container is created (prepare), not started.
+	ctrsCreated bool
+	mon         monitor
 	// shimStarting delivers the shim that prepare started in the
 	// background, while the rest of the pod is made; awaitMon takes it.
 	shimStarting <-chan shimStart
@@ -263,6 +275,11 @@ func (p *pod) run(ctx context.Context) {
 			if err == nil {
 				err = p.prepare(ctx)
 			}
+			if err == nil && p.held() {
+				if err = p.createAll(ctx); err == nil && !p.awaitStart(ctx) {
+					return
+				}
+			}
 			if err == nil {
 				err = p.start(ctx)
 			}
@@ -377,6 +394,13 @@ func (p *pod) prepare(ctx context.Context) error {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
 		if err := writeFileAtomic(filepath.Join(p.dir, stateFile), b, 0o600); err != nil {
+			return fmt.Errorf("prepare pod: %w", err)
+		}
+	}
+	if p.held() {
+		// Before anything else is made for it: a crash from here on
+		// leaves a pod that Recover removes, never one it adopts.
+		if err := os.WriteFile(filepath.Join(p.dir, preparedMarker), nil, 0o600); err != nil {
 			return fmt.Errorf("prepare pod: %w", err)
 		}
 	}
@@ -587,11 +611,17 @@ func (p *pod) nsOf() *network.NS {
 // bundle and creates it, in the spec's order (as the kubelet starts a
 // pod's containers, without waiting for one to be ready before the next).
 func (p *pod) start(ctx context.Context) error {
+	if p.ctrsCreated {
+		if err := p.startCreated(ctx); err != nil {
+			return err
+		}
+		return p.unmarkPrepared()
+	}
 	p.teardownContainers()
 	ns := p.nsOf()
 	t0 := time.Now()
 	for _, c := range p.ctrs {
-		if err := p.startCtr(ctx, ns, c); err != nil {
+		if err := p.makeCtr(ctx, ns, c, false); err != nil {
 			if len(p.ctrs) > 1 {
 				if ce, ok := err.(*ConfigError); ok {
 					return &ConfigError{fmt.Errorf("container %s: %w", c.name, ce.Err)}
@@ -601,6 +631,9 @@ func (p *pod) start(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := p.unmarkPrepared(); err != nil {
+		return err
+	}
 	p.lastStarted = time.Now()
 	p.update(func(st *Status) { st.Running = true })
 	p.log.Debug("containers started", "handler", p.spec.Handler, "containers", len(p.ctrs), "sinceCreated", time.Since(p.created),
@@ -608,8 +641,9 @@ func (p *pod) start(ctx context.Context) error {
 	return nil
 }
 
-// startCtr mounts c's root filesystem, writes its bundle and creates it.
-func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
+// makeCtr mounts c's root filesystem, writes its bundle and creates it:
+// started, or only created (prepare).
+func (p *pod) makeCtr(ctx context.Context, ns *network.NS, c *ctr, prepare bool) error {
 	cs := &p.spec.Containers[c.idx]
 	img := p.imgs[c.idx]
 	if c.dir != p.dir {
@@ -683,16 +717,126 @@ func (p *pod) startCtr(ctx context.Context, ns *network.NS, c *ctr) error {
 		tag = "[" + c.name + "] "
 	}
 	t1 := time.Now()
-	t, err := p.mon.start(ctx, c.id, c.dir, tag)
+	create := p.mon.start
+	if prepare {
+		create = p.mon.prepare
+	}
+	t, err := create(ctx, c.id, c.dir, tag)
 	if err != nil {
 		return err
 	}
 	c.t = t
+	if prepare {
+		p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventCreated, Message: "Created container " + c.name})
+		p.log.Debug("container created", "container", c.name, "pid", t.Pid(), "create", time.Since(t1))
+		return nil
+	}
 	// The OCI runtime creates and starts in one step; the kubelet tells
 	// the two apart, and so do these events.
 	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventCreated, Message: "Created container " + c.name})
 	p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventStarted, Message: "Started container " + c.name})
 	p.log.Debug("container started", "container", c.name, "pid", t.Pid(), "create", time.Since(t1))
+	return nil
+}
+
+// preparedMarker is a file in the directory of a pod whose containers are
+// created and not started: Recover removes such a pod (see Recover).
+const preparedMarker = "prepared"
+
+// held tells whether the pod waits for Start.
+func (p *pod) held() bool {
+	if p.hold == nil {
+		return false
+	}
+	select {
+	case <-p.hold:
+		return false
+	default:
+		return true
+	}
+}
+
+// createAll makes each container's root filesystem and bundle and creates
+// it without starting it, when the monitor can; when it cannot, the pod
+// waits with its sandbox made and its containers start as usual.
+func (p *pod) createAll(ctx context.Context) error {
+	p.teardownContainers()
+	if err := p.awaitMon(); err != nil {
+		return err
+	}
+	ns := p.nsOf()
+	for _, c := range p.ctrs {
+		err := p.makeCtr(ctx, ns, c, true)
+		if errors.Is(err, errCannotPrepare) {
+			p.log.Debug("containers are created at start", "handler", p.spec.Handler)
+			p.teardownContainers()
+			return nil
+		}
+		if err != nil {
+			if len(p.ctrs) > 1 {
+				return fmt.Errorf("container %s: %w", c.name, err)
+			}
+			return err
+		}
+	}
+	p.ctrsCreated = true
+	return nil
+}
+
+// awaitStart reports the pod prepared and waits for Start; false when the
+// pod is stopped or ctx ends first.
+func (p *pod) awaitStart(ctx context.Context) bool {
+	p.mu.Lock()
+	p.costMon, p.costPids = p.mon, nil
+	if _, isShim := p.mon.(shimMonitor); !isShim {
+		for _, c := range p.ctrs {
+			if c.t != nil {
+				p.costPids = append(p.costPids, c.t.Pid())
+			}
+		}
+	}
+	p.mu.Unlock()
+	p.update(func(st *Status) { st.Prepared = true })
+	defer p.update(func(st *Status) { st.Prepared = false })
+	select {
+	case <-p.hold:
+		return true
+	case <-p.stopCh:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// startCreated starts the containers createAll created: `runc start` of
+// each, nothing else.
+// unmarkPrepared makes a prepared pod an ordinary one once its containers
+// have started: from here on a crash of knbox leaves it to be adopted.
+// The marker goes only after the start, not before it: a crash in between
+// then removes a pod that had just started (the next knbox starts another),
+// rather than adopting one whose containers were created and never started.
+func (p *pod) unmarkPrepared() error {
+	if p.hold == nil {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(p.dir, preparedMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
+}
+
+func (p *pod) startCreated(ctx context.Context) error {
+	p.ctrsCreated = false
+	t0 := time.Now()
+	for _, c := range p.ctrs {
+		if err := c.t.start(ctx); err != nil {
+			return fmt.Errorf("start container %s: %w", c.name, err)
+		}
+		p.rt.event(Event{Pod: p.spec.ID, Container: c.name, Reason: EventStarted, Message: "Started container " + c.name})
+	}
+	p.lastStarted = time.Now()
+	p.update(func(st *Status) { st.Running = true })
+	p.log.Debug("prepared containers started", "containers", len(p.ctrs), "start", p.lastStarted.Sub(t0))
 	return nil
 }
 

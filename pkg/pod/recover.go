@@ -161,8 +161,13 @@ func (r *Runtime) adopt(ctx context.Context, st podState) *pod {
 	// A Sequential pod (a build) is not adopted: what it was doing is
 	// known only to the process that ran it, so it ends and its owner
 	// reports it interrupted.
-	if !known || nsErr != nil || len(r.opts.ShimCommand) == 0 || spec.validate() != nil || spec.Sequential {
-		r.log.Warn("a pod of an earlier run cannot be adopted: removing it", "pod", spec.ID, "handler", spec.Handler, "handlerKnown", known, "netnsErr", nsErr)
+	// A prepared pod (containers created, never started) is not adopted
+	// either: nothing waits for it now, and whoever prepared it prepares
+	// again what it needs.
+	_, markErr := os.Lstat(filepath.Join(dir, preparedMarker))
+	prepared := markErr == nil
+	if !known || nsErr != nil || len(r.opts.ShimCommand) == 0 || spec.validate() != nil || spec.Sequential || prepared {
+		r.log.Warn("a pod of an earlier run cannot be adopted: removing it", "pod", spec.ID, "handler", spec.Handler, "handlerKnown", known, "netnsErr", nsErr, "prepared", prepared)
 		for _, c := range resp.Containers {
 			_, _ = client.call(cctx, shimRequest{Op: "kill", ID: c.ID, Signal: int(syscall.SIGKILL)})
 			_, _ = client.call(cctx, shimRequest{Op: "delete", ID: c.ID})

@@ -28,6 +28,7 @@ const (
 	helperRef = "KNBOX_POD_HELPER_IMAGE"
 	helperID  = "KNBOX_POD_HELPER_ID"
 	helperBB  = "KNBOX_POD_HELPER_SIDECAR" // the sidecar's image, if any
+	helperPrp = "KNBOX_POD_HELPER_PREPARE" // "1": Prepare the pods instead of running them
 )
 
 // runtimeIn opens a Runtime on dir as the helper and the test both do, so
@@ -66,19 +67,23 @@ func TestRecoverHelper(t *testing.T) {
 	rt, _ := runtimeIn(t, dir, h)
 	e := &env{t: t, dir: dir, rt: rt}
 	var ids []string
+	run, cond := rt.Run, ready
+	if os.Getenv(helperPrp) == "1" {
+		run, cond = rt.Prepare, func(st Status) bool { return st.Prepared }
+	}
 	for i := range 2 {
 		id := fmt.Sprintf("%s-%d", base, i)
 		s := e.spec(id, h, ref)
 		if bb := os.Getenv(helperBB); bb != "" {
 			withSidecar(bb)(&s)
 		}
-		if err := rt.Run(context.Background(), s); err != nil {
+		if err := run(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
-		e.waitStatus(id, time.Minute, "ready", ready)
+		e.waitStatus(id, time.Minute, "ready", cond)
 	}
 	fmt.Printf("READY %s\n", strings.Join(ids, " "))
 	time.Sleep(2 * time.Minute) // killed long before

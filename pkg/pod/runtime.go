@@ -198,6 +198,40 @@ func (r *Runtime) Handlers() []string {
 // that cannot run here (invalid, an unknown handler, several containers for
 // a handler that runs one) or an id that is taken.
 func (r *Runtime) Run(ctx context.Context, spec Spec) error {
+	return r.run(ctx, spec, false)
+}
+
+// Prepare is Run up to the containers' start: the pod pulls its images,
+// makes its sandbox (directory, network namespace, egress, /etc files,
+// volumes, shim, root filesystems, bundles) and creates its containers
+// without starting them (runc create: each init waits on its exec FIFO),
+// then waits, with Status.Prepared set, for Start, which only starts them
+// (runc start) and probes them. Handlers that cannot create without
+// starting (process) have their containers run at Start. A prepared pod
+// that is stopped never ran; one that Recover finds after a crash is
+// removed. A Sequential pod cannot be prepared.
+func (r *Runtime) Prepare(ctx context.Context, spec Spec) error {
+	if spec.Sequential {
+		return fmt.Errorf("prepare pod %s: a sequential pod cannot be prepared", spec.ID)
+	}
+	return r.run(ctx, spec, true)
+}
+
+// Start starts a pod that Prepare made; it returns at once (the pod's
+// progress is in Status). Starting a started pod is not an error.
+func (r *Runtime) Start(id string) error {
+	p := r.pod(id)
+	if p == nil {
+		return fmt.Errorf("start pod %s: it does not exist", id)
+	}
+	if p.hold == nil {
+		return nil
+	}
+	p.holdOnce.Do(func() { close(p.hold) })
+	return nil
+}
+
+func (r *Runtime) run(ctx context.Context, spec Spec, prepare bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("run pod %s: %w", spec.ID, err)
 	}
@@ -223,6 +257,9 @@ func (r *Runtime) Run(ctx context.Context, spec Spec) error {
 		return fmt.Errorf("run pod %s: a pod with this id exists", spec.ID)
 	}
 	p := newPod(r, spec)
+	if prepare {
+		p.hold = make(chan struct{})
+	}
 	r.pods[spec.ID] = p
 	r.wg.Add(1)
 	go func() {

@@ -54,7 +54,7 @@ func (p *pod) runSequential(ctx context.Context) {
 			return
 		}
 		started := time.Now()
-		if err := p.startCtr(ctx, ns, c); err != nil {
+		if err := p.makeCtr(ctx, ns, c, false); err != nil {
 			p.teardownContainers()
 			p.removeLeftover(ctx)
 			reason := ReasonRunContainer

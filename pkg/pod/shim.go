@@ -43,7 +43,7 @@ const shimProtocol = 1
 
 type shimRequest struct {
 	V      int    `json:"v"`
-	Op     string `json:"op"` // start, kill, wait, delete, log, state, shutdown
+	Op     string `json:"op"` // start, create, begin, kill, wait, delete, log, state, shutdown
 	ID     string `json:"id,omitempty"`
 	Bundle string `json:"bundle,omitempty"`
 	Tag    string `json:"tag,omitempty"`
@@ -65,6 +65,8 @@ type shimResponse struct {
 	Tail       string               `json:"tail,omitempty"`
 	Containers []shimContainerState `json:"containers,omitempty"`
 	ShimPid    int                  `json:"shimPid,omitempty"`
+	// CannotPrepare: "create" failed because the handler cannot prepare.
+	CannotPrepare bool `json:"cannotPrepare,omitempty"`
 }
 
 // shimContainer is a container the shim runs.
@@ -117,6 +119,21 @@ func runShim(dir, logPath, handler string, log *slog.Logger) error {
 	h, err := runtime.FromDescription(d)
 	if err != nil {
 		return err
+	}
+	if _, ok := h.(runtime.Preparer); ok {
+		// Prepared containers' inits are re-parented to the shim when
+		// the runtime's create exits: it reads their exit statuses as a
+		// subreaper, and reaps the other orphans it inherits.
+		if err := runtime.BecomeSubreaper(); err != nil {
+			return fmt.Errorf("subreaper: %w", err)
+		}
+		sigchld := make(chan os.Signal, 1)
+		signal.Notify(sigchld, syscall.SIGCHLD)
+		go func() {
+			for range sigchld {
+				runtime.ReapOrphans()
+			}
+		}()
 	}
 	mon, err := newLocalMonitor(h, logPath, dir)
 	if err != nil {
@@ -227,7 +244,7 @@ func (s *shim) handle(ctx context.Context, req shimRequest) shimResponse {
 		return fail(fmt.Errorf("shim protocol %d, this shim speaks %d", req.V, shimProtocol))
 	}
 	switch req.Op {
-	case "start":
+	case "start", "create":
 		s.mu.Lock()
 		if s.ctrs[req.ID] != nil {
 			s.mu.Unlock()
@@ -236,9 +253,15 @@ func (s *shim) handle(ctx context.Context, req shimRequest) shimResponse {
 		s.mu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		t, err := s.mon.start(cctx, req.ID, req.Bundle, req.Tag)
+		create := s.mon.start
+		if req.Op == "create" {
+			create = s.mon.prepare
+		}
+		t, err := create(cctx, req.ID, req.Bundle, req.Tag)
 		if err != nil {
-			return fail(err)
+			resp := fail(err)
+			resp.CannotPrepare = errors.Is(err, errCannotPrepare)
+			return resp
 		}
 		c := &shimContainer{t: t, done: make(chan struct{})}
 		s.mu.Lock()
@@ -250,6 +273,17 @@ func (s *shim) handle(ctx context.Context, req shimRequest) shimResponse {
 			close(c.done)
 		}()
 		return shimResponse{Pid: t.Pid()}
+	case "begin":
+		c, err := s.container(req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := c.t.start(cctx); err != nil {
+			return fail(err)
+		}
+		return shimResponse{}
 	case "kill":
 		c, err := s.container(req.ID)
 		if err != nil {

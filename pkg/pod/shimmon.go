@@ -91,6 +91,17 @@ func (m shimMonitor) start(ctx context.Context, id, bundle, tag string) (task, e
 	return &shimTask{c: m.c, id: id, pid: resp.Pid}, nil
 }
 
+func (m shimMonitor) prepare(ctx context.Context, id, bundle, tag string) (task, error) {
+	resp, err := m.c.call(ctx, shimRequest{Op: "create", ID: id, Bundle: bundle, Tag: tag})
+	if err != nil {
+		if resp.CannotPrepare {
+			return nil, errCannotPrepare
+		}
+		return nil, err
+	}
+	return &shimTask{c: m.c, id: id, pid: resp.Pid}, nil
+}
+
 func (m shimMonitor) log(line string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -142,6 +153,11 @@ func (t *shimTask) Wait(ctx context.Context) (runtime.ExitStatus, error) {
 
 func (t *shimTask) Delete(ctx context.Context) error {
 	_, err := t.c.call(ctx, shimRequest{Op: "delete", ID: t.id})
+	return err
+}
+
+func (t *shimTask) start(ctx context.Context) error {
+	_, err := t.c.call(ctx, shimRequest{Op: "begin", ID: t.id})
 	return err
 }
 

@@ -44,6 +44,10 @@ type Status struct {
 	Running bool
 	// Ready says the readiness probe passed (and has not failed since).
 	Ready bool
+	// Prepared says a pod made by Prepare is ready to start: its sandbox
+	// is made and its containers are created (where the handler can),
+	// waiting for Start.
+	Prepared bool
 	// Stopping says Stop was called.
 	Stopping bool
 	// Restarts counts how often the containers were started again.
@@ -83,6 +87,7 @@ type Failure struct {
 // change; a new failure is a new *Failure).
 func (s Status) same(o Status) bool {
 	return s.Pulling == o.Pulling && s.Running == o.Running && s.Ready == o.Ready && s.Stopping == o.Stopping &&
+		s.Prepared == o.Prepared &&
 		s.Restarts == o.Restarts && s.Failures == o.Failures && s.LastFailure == o.LastFailure &&
 		s.Done == o.Done && s.Succeeded == o.Succeeded && equality.Semantic.DeepEqual(s.Containers, o.Containers)
 }

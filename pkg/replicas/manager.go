@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -37,6 +38,10 @@ const DefaultHandler = "runc"
 // Pods is the pod runtime (package pod) as the Manager uses it.
 type Pods interface {
 	Run(ctx context.Context, spec pod.Spec) error
+	// Prepare makes a pod up to its containers' start; Start starts it
+	// (see "Prepared sandboxes").
+	Prepare(ctx context.Context, spec pod.Spec) error
+	Start(id string) error
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	Status(id string) (pod.Status, bool)
 	UpdateVolume(ctx context.Context, id, volume string, files map[string]pod.File) error
@@ -119,6 +124,9 @@ type Options struct {
 	// it is gone. Set it only where the API serves ResourceQuotas (the
 	// Manager watches them).
 	Quota Quota
+	// Prepared, when set, keeps one prepared sandbox per revision within
+	// this budget (see "Prepared sandboxes"); nil: none.
+	Prepared *PreparedBudget
 	// ExecProbes allows exec probes (the operator's switch; the runtime
 	// contract says platforms should refuse them): they run with the
 	// handler's exec in the serving container.
@@ -171,7 +179,16 @@ type Manager struct {
 	retiring map[*revision]bool
 	pods     map[string]*revision // instance id -> its revision (nil: an orphan not claimed yet)
 	orphans  map[key][]pod.Status // pods of an earlier process, until their revision claims them
+	spares   map[string]*revision // prepared sandbox id -> its revision
 	closed   bool
+	// detaching: no sandbox is prepared any more (read under a
+	// revision's mu, which must not take m.mu).
+	detaching atomic.Bool
+
+	// poolMu guards pool, the prepared sandboxes' budget. It is taken
+	// after a revision's mu, never before.
+	poolMu sync.Mutex
+	pool   map[*revision]*poolEntry
 
 	subsMu sync.RWMutex
 	subs   []func(namespace, name string)
@@ -192,6 +209,11 @@ func New(opts Options) (*Manager, error) {
 		retiring: map[*revision]bool{},
 		pods:     map[string]*revision{},
 		orphans:  map[key][]pod.Status{},
+		spares:   map[string]*revision{},
+		pool:     map[*revision]*poolEntry{},
+	}
+	if b := opts.Prepared; b != nil && (b.Count <= 0 || b.Memory <= 0) {
+		return nil, fmt.Errorf("revision manager: prepared sandboxes: count %d and memory %d must be positive", b.Count, b.Memory)
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -324,10 +346,14 @@ func (m *Manager) wake(namespace, name string) {
 // podChanged takes a pod's new status to its revision.
 func (m *Manager) podChanged(id string) {
 	m.mu.Lock()
-	r := m.pods[id]
+	r, sp := m.pods[id], m.spares[id]
 	m.mu.Unlock()
 	if r != nil {
 		r.podChanged(id)
+	}
+	if sp != nil {
+		st, ok := m.opts.Pods.Status(id)
+		sp.spareChanged(id, st, ok)
 	}
 }
 
@@ -660,17 +686,55 @@ func (m *Manager) Ready(namespace, name string) int32 {
 // change the scale (the autoscaler, poked too, does).
 func (m *Manager) Poke(namespace, name string) {
 	if r := m.revision(namespace, name); r != nil {
+		now := time.Now()
+		r.mu.Lock()
+		r.lastRequest = now
+		noSpare := m.opts.Prepared != nil && r.spare == nil
+		r.mu.Unlock()
+		m.touchPool(r, now)
 		r.retry()
+		if noSpare {
+			// Its last request is newer now: it may take a place in
+			// the budget.
+			r.poke()
+		}
 	}
 }
 
 // Detach ends every goroutine of the Manager and leaves the instances
 // running, for the next process to adopt (see package pod's Detach and
-// Recover). It returns once every goroutine has ended or ctx ends.
+// Recover); the prepared sandboxes are stopped first. It returns once every goroutine has ended or ctx ends.
 func (m *Manager) Detach(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
+	m.detaching.Store(true)
+	spares := make(map[string]*revision, len(m.spares))
+	for id, r := range m.spares {
+		spares[id] = r
+	}
 	m.mu.Unlock()
+	// The prepared sandboxes do not outlive this process: a successor
+	// would remove them (package pod's Recover), and without one they
+	// would hold their memory for nothing. They stop at once (nothing
+	// runs in them).
+	var wg sync.WaitGroup
+	for id, r := range spares {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.mu.Lock()
+			if r.spare != nil && r.spare.id == id {
+				r.spare = nil
+			}
+			r.mu.Unlock()
+			m.leavePool(r)
+			m.untrackSpare(id)
+			if err := m.opts.Pods.Stop(ctx, id, 0); err != nil {
+				m.log.Warn("stop prepared sandbox", "instance", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 	m.cancel()
 	done := make(chan struct{})
 	go func() {

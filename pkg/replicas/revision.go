@@ -156,6 +156,12 @@ type revision struct {
 	automount bool
 	instances map[string]*instance
 	want      int32
+
+	// The prepared sandbox (see "Prepared sandboxes").
+	spare         *spare
+	spareNext     time.Time // no new one before
+	spareFailures int
+	lastRequest   time.Time // the router's last Poke
 }
 
 // instance is one of the revision's pods, as the revision sees it.
@@ -183,15 +189,16 @@ func (in *instance) drained() { in.drainOnce.Do(func() { close(in.drainedCh) }) 
 
 func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 	r := &revision{
-		m:         m,
-		key:       k,
-		log:       m.log.With("namespace", k.namespace, "revision", k.name),
-		done:      make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		rev:       rev.DeepCopy(),
-		attempt:   time.Now(),
-		dirty:     map[string]bool{},
-		instances: map[string]*instance{},
+		m:           m,
+		key:         k,
+		log:         m.log.With("namespace", k.namespace, "revision", k.name),
+		done:        make(chan struct{}),
+		wake:        make(chan struct{}, 1),
+		rev:         rev.DeepCopy(),
+		attempt:     time.Now(),
+		lastRequest: time.Now(),
+		dirty:       map[string]bool{},
+		instances:   map[string]*instance{},
 	}
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
 	// Decided once, as admission decides once per pod.
@@ -420,6 +427,13 @@ func (r *revision) reads(src string) bool {
 // changed: its volumes are rewritten, and what could not be made is tried
 // again at once.
 func (r *revision) inputChanged(src string) {
+	r.mu.Lock()
+	drop := r.spare != nil && (!strings.HasPrefix(src, "RuntimeClass/") || src == "RuntimeClass/"+r.runtimeClassLocked())
+	r.mu.Unlock()
+	if drop {
+		// Its pod spec may read otherwise now.
+		r.dropSpare(src + " changed")
+	}
 	r.mu.Lock()
 	sa := serviceAccountName(&r.rev.Spec.PodSpec)
 	for _, v := range r.rev.Spec.Volumes {
@@ -683,7 +697,17 @@ func (r *revision) reconcile() time.Duration {
 			next, canMake = minPositive(next, wait), false
 		}
 	}
+	var toStart []*spare
 	for n := int32(len(live)); n < want && canMake; n++ {
+		if sp := r.spare; sp != nil && sp.handler == handler {
+			// The prepared sandbox becomes the instance: only its start
+			// is left.
+			r.spare = nil
+			r.instances[sp.id] = &instance{id: sp.id, born: now, refresh: sp.refresh, drainedCh: make(chan struct{})}
+			toStart = append(toStart, sp)
+			changed = true
+			continue
+		}
 		id := r.newInstanceIDLocked()
 		spec, refresh, err := r.podSpecLocked(id, handler)
 		if err != nil {
@@ -736,7 +760,18 @@ func (r *revision) reconcile() time.Duration {
 		next = minPositive(next, max(due.Sub(now), time.Millisecond))
 	}
 	r.want = want
+	dropSpare, prepSpare, evicted := r.spareLocked(now, want, len(live), synced)
 	r.mu.Unlock()
+	if dropSpare != "" {
+		r.dropSpare(dropSpare)
+	}
+	evict(evicted)
+	for _, sp := range toStart {
+		r.startSpare(sp, want)
+	}
+	if prepSpare != nil {
+		r.prepareSpare(prepSpare)
+	}
 
 	for i, spec := range toRun {
 		release, ok := r.reserve(&spec, want)
@@ -1120,9 +1155,12 @@ func (r *revision) instanceEnded(in *instance) {
 	if n := len(r.ended) - 2*keptStoppedLogs; n > 0 {
 		r.ended = slices.Delete(r.ended, 0, n)
 	}
-	live := make(map[string]bool, len(r.instances))
+	live := make(map[string]bool, len(r.instances)+1)
 	for id := range r.instances {
 		live[id] = true
+	}
+	if r.spare != nil {
+		live[r.spare.id] = true // its shim holds its log open
 	}
 	r.mu.Unlock()
 	if release != nil {

@@ -45,7 +45,7 @@ func (h *ociHandler) Exec(ctx context.Context, id string, p ExecProcess) (int, e
 	cmd := exec.CommandContext(ctx, h.bin, h.argv(args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
 	cmd.WaitDelay = 2 * time.Second
-	err := cmd.Run()
+	err := runCmd(cmd)
 	var ee *exec.ExitError
 	switch {
 	case err == nil:

@@ -113,7 +113,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Prepare needs a subreaper, as the pod's shim is (pkg/pod).
+	if err := BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		os.Exit(1)
+	}
+	stopReaper := reapOnSIGCHLD()
 	code := m.Run()
+	stopReaper()
 	if busyboxCopy != "" {
 		os.RemoveAll(filepath.Dir(busyboxCopy))
 	}

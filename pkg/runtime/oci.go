@@ -125,7 +125,7 @@ func (h *ociHandler) run(ctx context.Context, id string, sub ...string) ([]byte,
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	if err := runCmd(cmd); err != nil {
 		what := h.name + " " + sub[0]
 		if id != "" {
 			what += " " + id
@@ -225,7 +225,7 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 	cmd := exec.Command(h.bin, h.argv(append(sub, id)...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = st.stdin, st.outW, st.errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		st.close()
 		undo()
 		return fail(err)
@@ -233,7 +233,7 @@ func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Con
 	st.closeChildEnds()
 	monitorDone := make(chan struct{})
 	go func() {
-		_ = cmd.Wait() // the status is in cmd.ProcessState
+		_ = waitCmd(cmd) // the status is in cmd.ProcessState
 		close(monitorDone)
 	}()
 
@@ -361,6 +361,8 @@ type ociContainer struct {
 	memcg   string     // memory cgroup directory, for OOM detection
 	cgroups *cgroupSet // the cgroups the handler made for it, nil if none
 	exit    *exitState
+	// created: made by Prepare; its runtime state stays until Delete.
+	created bool
 
 	mu      sync.Mutex // serialises Delete
 	deleted bool
@@ -441,7 +443,7 @@ func (c *ociContainer) deleteRuntime(ctx context.Context) error {
 			_, _ = c.exit.wait(ctx, "")
 		}
 	}
-	if !c.h.keep && c.exit.exited() {
+	if !c.h.keep && !c.created && c.exit.exited() {
 		// Without --keep the runtime removed the container when it exited;
 		// one list costs less than a delete that fails and a list.
 		if e, err := c.h.lookup(ctx, c.id); err == nil && e == nil {

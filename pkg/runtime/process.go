@@ -260,7 +260,7 @@ func (c *processContainer) monitor(cmd *exec.Cmd, pumps ...*pump) {
 	for unix.Waitid(unix.P_PID, c.pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
 	}
 	_ = unix.Kill(-c.pid, unix.SIGKILL) // what the main process left running
-	_ = cmd.Wait()
+	_ = waitCmd(cmd)
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	es := fromWaitStatus(ws)
 	drain(drainGrace, pumps...)
@@ -405,7 +405,7 @@ func startUnprivileged(cmd *exec.Cmd, nsPath string) error {
 			errc <- err
 			return
 		}
-		errc <- cmd.Start()
+		errc <- startCmd(cmd)
 	}()
 	return <-errc
 }

@@ -155,6 +155,8 @@ func TestMetricsAndAccessLog(t *testing.T) {
 		{"knbox_store_watchers", nil, func(v float64) bool { return v >= 1 }}, // the controllers' informers
 		{"knbox_image_pull_duration_seconds_count", nil, func(v float64) bool { return v == 1 }},
 		{"knbox_image_pull_bytes_total", nil, func(v float64) bool { return v > 1000 }},
+		{"knbox_prepared_sandboxes", nil, func(v float64) bool { return v >= 0 }},
+		{"knbox_prepared_sandboxes_memory_bytes", nil, func(v float64) bool { return v >= 0 }},
 	} {
 		if v := value(text, c.name, c.labels...); !c.want(v) {
 			t.Errorf("%s{%s} = %v", c.name, strings.Join(c.labels, ","), v)

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,31 @@ func runcContainers(t *testing.T, dir string) []string {
 	return strings.Fields(string(out))
 }
 
+// runcByStatus lists the containers runc holds in knbox's state root
+// whose status is status ("running", "created").
+func runcByStatus(t *testing.T, dir, status string) []string {
+	t.Helper()
+	root := filepath.Join(dir, "runtimes", "runc")
+	out, err := exec.Command("runc", "--root", root, "list", "--format", "json").Output()
+	if err != nil {
+		t.Fatalf("runc list: %v", err)
+	}
+	var es []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &es); err != nil {
+		t.Fatalf("runc list: %v: %s", err, out)
+	}
+	var ids []string
+	for _, e := range es {
+		if e.Status == status {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
 // netnsOf lists the names under knbox's network namespace root that match
 // one of ids.
 func netnsOf(ids []string) []string {
@@ -54,8 +81,10 @@ func netnsOf(ids []string) []string {
 }
 
 // TestKillNineLeavesNothingBehind: knbox is killed with SIGKILL while a
-// container runs; the container runs on (its shim outlives knbox), the
-// restart adopts it (the same container, not a new one), serves again, and
+// container runs and the revision's prepared sandbox waits (created, not
+// started); the container runs on (its shim outlives knbox), the restart
+// adopts it (the same container, not a new one) and removes the prepared
+// sandbox (its container, mounts, network namespace), serves again, and
 // once the Service is deleted nothing of it remains: no container, overlay
 // mount or network namespace.
 func TestKillNineLeavesNothingBehind(t *testing.T) {
@@ -71,14 +100,24 @@ func TestKillNineLeavesNothingBehind(t *testing.T) {
 	if out, err := k.run("", "wait", "ksvc/crash", "--for=condition=Ready", "--timeout=120s"); err != nil {
 		t.Fatalf("not ready: %v\n%s", err, out)
 	}
-	before := runcContainers(t, dir)
+	before := runcByStatus(t, dir, "running")
 	if len(before) == 0 || mountsUnder(t, dir) == 0 || len(netnsOf(before)) == 0 {
 		t.Fatalf("expected a running container with mounts and a namespace: containers %v, mounts %d, netns %v",
 			before, mountsUnder(t, dir), netnsOf(before))
 	}
+	// The revision's prepared sandbox, made in the background.
+	var spare []string
+	for deadline := time.Now().Add(60 * time.Second); len(spare) == 0; time.Sleep(100 * time.Millisecond) {
+		if spare = runcByStatus(t, dir, "created"); len(spare) == 0 && time.Now().After(deadline) {
+			t.Fatalf("no prepared sandbox (a created container) within 60s: %v\n%s", runcContainers(t, dir), srv.logs())
+		}
+	}
+	if len(netnsOf(spare)) != 1 {
+		t.Fatalf("the prepared sandbox %v has no network namespace", spare)
+	}
 
 	srv.kill()
-	if left := runcContainers(t, dir); len(left) == 0 {
+	if left := runcByStatus(t, dir, "running"); len(left) == 0 {
 		t.Fatalf("the container did not outlive knbox: %v", left)
 	}
 
@@ -87,7 +126,7 @@ func TestKillNineLeavesNothingBehind(t *testing.T) {
 	k.srv = srv2
 	deadline := time.Now().Add(120 * time.Second)
 	for {
-		cur := runcContainers(t, dir)
+		cur := runcByStatus(t, dir, "running")
 		ready, _ := k.run("", "get", "ksvc", "crash", "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
 		if strings.Join(cur, " ") == strings.Join(before, " ") && ready == "True" && strings.Contains(srv2.logs(), "pod adopted") {
 			break
@@ -99,8 +138,18 @@ func TestKillNineLeavesNothingBehind(t *testing.T) {
 	}
 	// It serves through the new knbox.
 	k.must("", "wait", "ksvc/crash", "--for=condition=Ready", "--timeout=60s")
-	if strings.Join(runcContainers(t, dir), " ") != strings.Join(before, " ") {
-		t.Errorf("containers %v after the adoption, before the kill %v", runcContainers(t, dir), before)
+	if cur := runcByStatus(t, dir, "running"); strings.Join(cur, " ") != strings.Join(before, " ") {
+		t.Errorf("containers %v after the adoption, before the kill %v", cur, before)
+	}
+	// The prepared sandbox of the killed knbox is gone, all of it (the
+	// new knbox may prepare another, under another name).
+	for _, id := range spare {
+		if slices.Contains(runcContainers(t, dir), id) || len(netnsOf([]string{id})) != 0 || mountsUnder(t, filepath.Join(dir, "instances", "instances", id)) != 0 {
+			t.Errorf("the prepared sandbox %s of the killed knbox is left: containers %v, netns %v", id, runcContainers(t, dir), netnsOf(spare))
+		}
+		if _, err := os.Stat(filepath.Join(dir, "instances", "instances", id)); !os.IsNotExist(err) {
+			t.Errorf("the directory of the prepared sandbox %s: %v", id, err)
+		}
 	}
 
 	// Deleting the Service stops everything: no container, mount or
@@ -109,7 +158,7 @@ func TestKillNineLeavesNothingBehind(t *testing.T) {
 	k.must("", "delete", "ksvc", "crash")
 	deadline = time.Now().Add(120 * time.Second)
 	for {
-		c, m, ns := runcContainers(t, dir), mountsUnder(t, filepath.Join(dir, "instances")), netnsOf(append(before, after...))
+		c, m, ns := runcContainers(t, dir), mountsUnder(t, filepath.Join(dir, "instances")), netnsOf(append(append(before, after...), spare...))
 		if len(c) == 0 && m == 0 && len(ns) == 0 {
 			break
 		}
