@@ -7,8 +7,9 @@ import (
 )
 
 // DefaultObserverQueueLength is how many finished requests may wait for
-// the metrics and access log goroutine before more are dropped (and
-// counted in knbox_observer_dropped_total).
+// the access log and tracing goroutine before more are dropped from the
+// log and the spans (and counted in knbox_observer_dropped_total); the
+// request metrics count every request on its own goroutine.
 const DefaultObserverQueueLength = 4096
 
 // maxObserverQueueLength bounds observability.queueLength (each entry is
@@ -27,8 +28,8 @@ type Observability struct {
 	// AccessLog writes one JSON line per data plane request. Off by
 	// default.
 	AccessLog AccessLog `json:"accessLog,omitempty"`
-	// QueueLength bounds the finished requests waiting to be counted and
-	// logged; 0 means DefaultObserverQueueLength.
+	// QueueLength bounds the finished requests waiting to be logged and
+	// traced; 0 means DefaultObserverQueueLength.
 	QueueLength int `json:"queueLength,omitempty"`
 	// LogFormat is the format of knbox's own log on standard error: "text"
 	// (default, slog's key=value) or "json" (one JSON object per line).

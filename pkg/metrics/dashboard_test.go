@@ -39,7 +39,7 @@ func TestDashboardQueriesServedMetrics(t *testing.T) {
 		"cpuacct/knbox/p/cpuacct.usage":        "1\n",
 	})
 	m := New(Options{})
-	m.observe(&router.RequestInfo{Namespace: "n", Revision: "r", Instance: "p", Code: 200, QueueWait: time.Millisecond})
+	m.count(&router.RequestInfo{Namespace: "n", Revision: "r", Instance: "p", Code: 200, QueueWait: time.Millisecond})
 	m.ObserveColdStart("n", "r", time.Second)
 	m.ObserveAPIRequest(APIRequest{Verb: "GET", Code: 200})
 	m.ObserveRequest(&router.RequestInfo{}) // dropped counter exists anyway

@@ -6,11 +6,16 @@
 // server's request metrics (apiserver_request_total, ...) and the Go
 // runtime and process collectors, all in one registry served by Handler.
 //
-// The router tells it about each request through router.Observer; the
-// request goroutine only hands the RequestInfo to a bounded queue, and one
-// goroutine (Run) updates the metrics and writes the access log, so the
-// request path neither waits for a lock nor formats a log line. What the
-// queue cannot take is dropped and counted (knbox_observer_dropped_total).
+// The router tells it about each request through router.Observer. The
+// request goroutine counts it on label-bound series cached per revision
+// and response code (client_golang's Inc and Observe are atomic): no
+// allocation, no lock but a read lock on the cache, no hand-off. Only with
+// the access log or the trace hook on does it also hand a copy of the
+// RequestInfo to a bounded queue that one goroutine (Run) drains, so the
+// request path never formats a log line; what the queue cannot take is
+// left out of the log and the spans and counted
+// (knbox_observer_dropped_total). The console's samples (Totals) gather
+// the same series on the console's own timer.
 // Everything else is read when scraped, from the parts that own it.
 //
 // Label sets are bounded: a revision's series are removed when the

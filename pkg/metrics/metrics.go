@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +18,7 @@ import (
 )
 
 // DefaultQueueLength is how many observed requests may wait for the
-// metrics goroutine before more are dropped.
+// access log and trace goroutine (Run) before more are dropped.
 const DefaultQueueLength = 4096
 
 // Knative's label names.
@@ -45,8 +47,8 @@ type Options struct {
 	// AccessLog, if not nil, receives one JSON line per request (see
 	// AccessLogFields); nil: no access log.
 	AccessLog io.Writer
-	// QueueLength bounds the observed requests waiting for the metrics
-	// goroutine; 0 means DefaultQueueLength.
+	// QueueLength bounds the observed requests waiting for Run (access
+	// log and Trace only); 0 means DefaultQueueLength.
 	QueueLength int
 	// Trace, if not nil, is given each observed request on the metrics
 	// goroutine, after it was counted (to make its spans off the request
@@ -63,6 +65,14 @@ type Metrics struct {
 	access *slog.Logger
 	trace  func(*router.RequestInfo)
 	queue  chan item
+	// labelsFixed says the Service and Configuration labels cannot change
+	// (Options.Labels was nil): handles with empty ones are kept too.
+	labelsFixed bool
+
+	// handles are the label-bound series of each revision and response
+	// code, resolved once so that counting a request is a few atomic adds.
+	handlesMu sync.RWMutex
+	handles   map[handleKey]*seriesHandles
 
 	dropped                          prometheus.Counter
 	requests, appRequests, activator *prometheus.CounterVec
@@ -78,6 +88,40 @@ type Metrics struct {
 	starts starts
 }
 
+// handleKey names the series of one revision and response code.
+type handleKey struct {
+	namespace, revision string
+	code                int
+}
+
+// seriesHandles are one revision's request series for one response code.
+// The app and activator series are resolved at their first request, so
+// that they appear in /metrics only once counted, as before the cache.
+type seriesHandles struct {
+	lv        []string
+	requests  prometheus.Counter
+	latencies prometheus.Observer
+	app, act  atomic.Pointer[seriesPair]
+}
+
+// seriesPair is a request count and its latency histogram.
+type seriesPair struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// pair returns the series of p, resolving them from c and o the first time.
+func (h *seriesHandles) pair(p *atomic.Pointer[seriesPair], c *prometheus.CounterVec, o *prometheus.HistogramVec) *seriesPair {
+	if sp := p.Load(); sp != nil {
+		return sp
+	}
+	sp := &seriesPair{c.WithLabelValues(h.lv...), o.WithLabelValues(h.lv...)}
+	if !p.CompareAndSwap(nil, sp) {
+		return p.Load()
+	}
+	return sp
+}
+
 // item is one entry of the queue: a request, or a revision to forget.
 type item struct {
 	info   *router.RequestInfo
@@ -91,9 +135,10 @@ func New(o Options) *Metrics {
 		o.QueueLength = DefaultQueueLength
 	}
 	m := &Metrics{reg: prometheus.NewRegistry(), labels: o.Labels, trace: o.Trace, queue: make(chan item, o.QueueLength),
-		starts: starts{since: time.Now(), pending: map[string]bool{}}}
+		starts: starts{since: time.Now(), pending: map[string]bool{}}, handles: map[handleKey]*seriesHandles{}}
 	if m.labels == nil {
 		m.labels = func(string, string) (string, string) { return "", "" }
+		m.labelsFixed = true
 	}
 	if o.AccessLog != nil {
 		m.access = slog.New(slog.NewJSONHandler(o.AccessLog, nil))
@@ -105,7 +150,7 @@ func New(o Options) *Metrics {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, requestLabels)
 	}
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "knbox_observer_dropped_total",
-		Help: "Requests left out of the request metrics and the access log because the observer's queue was full."})
+		Help: "Requests left out of the access log and the spans because the observer's queue was full."})
 	m.requests = counter("revision_request_count", "The number of requests that are routed to a revision (queue-proxy's).")
 	m.latencies = histogram("revision_request_latencies", "The response time in milliseconds, queue wait included (queue-proxy's).")
 	m.appRequests = counter("revision_app_request_count", "The number of requests that reached an instance of the revision.")
@@ -146,19 +191,33 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 4})
 }
 
-// ObserveRequest is router.Observer: it queues info for Run, or drops it
-// when the queue is full. It never blocks.
+// ObserveRequest is router.Observer. It counts info in the request
+// metrics on the caller's goroutine (atomic adds on series resolved once
+// per revision and response code: no allocation, no hand-off); with an
+// access log or a trace hook it also queues a copy of info for Run, or
+// drops that copy when the queue is full. It never blocks.
 func (m *Metrics) ObserveRequest(info *router.RequestInfo) {
+	m.count(info)
+	if m.access == nil && m.trace == nil {
+		return
+	}
+	c := new(router.RequestInfo)
+	*c = *info
 	select {
-	case m.queue <- item{info: info}:
+	case m.queue <- item{info: c}:
 	default:
 		m.dropped.Inc()
 	}
 }
 
-// Forget removes a deleted revision's series, after the requests queued
-// before it were counted. It waits for room in the queue, at most until
-// ctx ends.
+// WantsDetails is router.DetailsObserver: the router fills the request's
+// strings (method, host, target, user agent...) only for the access log
+// and the trace hook, which read them.
+func (m *Metrics) WantsDetails() bool { return m.access != nil || m.trace != nil }
+
+// Forget removes a deleted revision's series, after the access log lines
+// and spans queued before it were written. It waits for room in the queue,
+// at most until ctx ends.
 func (m *Metrics) Forget(ctx context.Context, namespace, revision string) {
 	select {
 	case m.queue <- item{forget: [2]string{namespace, revision}}:
@@ -166,7 +225,8 @@ func (m *Metrics) Forget(ctx context.Context, namespace, revision string) {
 	}
 }
 
-// Run counts and logs the observed requests until ctx ends.
+// Run writes the access log lines, gives the observed requests to the
+// trace hook and forgets revisions until ctx ends.
 func (m *Metrics) Run(ctx context.Context) {
 	for {
 		select {
@@ -174,7 +234,9 @@ func (m *Metrics) Run(ctx context.Context) {
 			return
 		case it := <-m.queue:
 			if it.info != nil {
-				m.observe(it.info)
+				if m.access != nil {
+					m.logRequest(it.info)
+				}
 				if m.trace != nil {
 					m.trace(it.info)
 				}
@@ -185,36 +247,79 @@ func (m *Metrics) Run(ctx context.Context) {
 	}
 }
 
+// forget drops a revision's handles, then its series. A request counted
+// on a handle taken before adds to a series no longer registered.
 func (m *Metrics) forget(namespace, revision string) {
+	m.handlesMu.Lock()
+	for k := range m.handles {
+		if k.namespace == namespace && k.revision == revision {
+			delete(m.handles, k)
+		}
+	}
 	match := prometheus.Labels{labelNamespace: namespace, labelRevision: revision}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.requests, m.appRequests, m.activator, m.latencies, m.appLatencies, m.actLat, m.coldStarts} {
 		v.DeletePartialMatch(match)
 	}
+	m.handlesMu.Unlock()
 }
 
-// observe counts one request and writes its access log line.
-func (m *Metrics) observe(info *router.RequestInfo) {
-	if m.access != nil {
-		m.logRequest(info)
+// seriesFor returns the series of a revision and response code, resolving
+// them the first time. Series whose Service and Configuration labels came
+// out empty are not kept (the revision may not be in the informer's cache
+// yet), unless Options.Labels was nil.
+func (m *Metrics) seriesFor(namespace, revision string, code int) *seriesHandles {
+	k := handleKey{namespace, revision, code}
+	m.handlesMu.RLock()
+	h := m.handles[k]
+	m.handlesMu.RUnlock()
+	if h != nil {
+		return h
 	}
+	svc, cfg := m.labels(namespace, revision)
+	cl, class := codeLabels(code)
+	lv := []string{namespace, svc, cfg, revision, cl, class}
+	h = &seriesHandles{lv: lv, requests: m.requests.WithLabelValues(lv...), latencies: m.latencies.WithLabelValues(lv...)}
+	if svc == "" && cfg == "" && !m.labelsFixed {
+		return h
+	}
+	m.handlesMu.Lock()
+	if old := m.handles[k]; old != nil {
+		h = old
+	} else if len(m.handles) < maxHandles {
+		m.handles[k] = h
+	}
+	m.handlesMu.Unlock()
+	return h
+}
+
+// maxHandles bounds the handle cache; beyond it series are resolved per
+// request (what counting cost before the cache), never dropped.
+const maxHandles = 1 << 16
+
+// count adds one request to the request metrics.
+func (m *Metrics) count(info *router.RequestInfo) {
 	if info.Revision == "" {
 		return // unknown host: the router's knbox_router_requests_total counts it
 	}
-	svc, cfg := m.labels(info.Namespace, info.Revision)
-	code, class := codeLabels(info.Code)
-	lv := []string{info.Namespace, svc, cfg, info.Revision, code, class}
+	code := info.Code
+	if code < 100 || code > 599 {
+		code = 0
+	}
+	h := m.seriesFor(info.Namespace, info.Revision, code)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	m.requests.WithLabelValues(lv...).Inc()
-	m.latencies.WithLabelValues(lv...).Observe(ms(info.Duration))
+	h.requests.Inc()
+	h.latencies.Observe(ms(info.Duration))
 	if info.Instance != "" {
-		m.appRequests.WithLabelValues(lv...).Inc()
-		m.appLatencies.WithLabelValues(lv...).Observe(ms(max(info.Duration-info.QueueWait, 0)))
+		p := h.pair(&h.app, m.appRequests, m.appLatencies)
+		p.count.Inc()
+		p.latency.Observe(ms(max(info.Duration-info.QueueWait, 0)))
 	}
 	if info.ColdStart || info.QueueWait > 0 {
-		m.activator.WithLabelValues(lv...).Inc()
-		m.actLat.WithLabelValues(lv...).Observe(ms(info.Duration))
+		p := h.pair(&h.act, m.activator, m.actLat)
+		p.count.Inc()
+		p.latency.Observe(ms(info.Duration))
 	}
 }
 
@@ -270,4 +375,4 @@ func (m *Metrics) ObserveAPIRequest(r APIRequest) {
 	}
 }
 
-var _ router.Observer = (*Metrics)(nil)
+var _ router.DetailsObserver = (*Metrics)(nil)

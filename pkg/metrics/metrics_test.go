@@ -179,12 +179,17 @@ func TestForgetRemovesARevisionsSeries(t *testing.T) {
 
 func TestFullQueueDrops(t *testing.T) {
 	t.Parallel()
-	m := New(Options{QueueLength: 2}) // not running: nothing drains it
+	// Only the access log and the trace hook are queued; not running:
+	// nothing drains the queue. The metrics count every request anyway.
+	m := New(Options{QueueLength: 2, AccessLog: io.Discard})
 	for range 5 {
 		m.ObserveRequest(&router.RequestInfo{Namespace: "default", Revision: "r", Code: 200})
 	}
 	if got := testutil.ToFloat64(m.dropped); got != 3 {
 		t.Errorf("dropped %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("default", "", "", "r", "200", "2xx")); got != 5 {
+		t.Errorf("counted %v requests, want 5", got)
 	}
 }
 

@@ -14,9 +14,9 @@ func TestTotals(t *testing.T) {
 	t.Parallel()
 	m := New(Options{})
 	for _, code := range []int{200, 200, 500} {
-		m.observe(&router.RequestInfo{Namespace: "default", Revision: "r1", Instance: "i", Code: code, Duration: 15 * time.Millisecond})
+		m.count(&router.RequestInfo{Namespace: "default", Revision: "r1", Instance: "i", Code: code, Duration: 15 * time.Millisecond})
 	}
-	m.observe(&router.RequestInfo{Namespace: "other", Revision: "r2", Code: 200, Duration: time.Hour})
+	m.count(&router.RequestInfo{Namespace: "other", Revision: "r2", Code: 200, Duration: time.Hour})
 	if err := m.AddAutoscaler(func() []Scale { return []Scale{{Namespace: "default", Revision: "r1", Actual: 2}} }); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestTraceHook(t *testing.T) {
 	m.ObserveRequest(info)
 	select {
 	case g := <-got:
-		if g != info {
+		if *g != *info {
 			t.Fatalf("traced %+v", g)
 		}
 	case <-time.After(30 * time.Second):

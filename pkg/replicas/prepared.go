@@ -403,15 +403,7 @@ func (r *revision) startSpare(sp *spare, want int32) {
 		fail(err.Error())
 		return
 	}
-	r.mu.Lock()
-	if in := r.instances[sp.id]; in != nil {
-		in.release = release
-		release = nil
-	}
-	r.mu.Unlock()
-	if release != nil { // stopped already
-		release()
-	}
+	r.giveRelease(sp.id, release)
 	r.log.Debug("prepared sandbox started", "instance", sp.id)
 	r.podChanged(sp.id)
 	r.poke() // the next sandbox, once no more instances are wanted

@@ -808,15 +808,7 @@ func (r *revision) reconcile() time.Duration {
 			next = minPositive(next, d)
 			continue
 		}
-		r.mu.Lock()
-		if in := r.instances[spec.ID]; in != nil {
-			in.release = release
-			release = nil
-		}
-		r.mu.Unlock()
-		if release != nil { // stopped already
-			release()
-		}
+		r.giveRelease(spec.ID, release)
 		r.podChanged(spec.ID) // it may have changed before it was tracked
 	}
 	for _, in := range toStop {
@@ -1211,5 +1203,19 @@ func (r *revision) emit(evs []event) {
 	}
 	for _, ev := range evs {
 		r.m.opts.Event(ev.about, ev.typ, ev.reason, ev.message)
+	}
+}
+
+// giveRelease hands the quota reservation's release to instance id, which
+// calls it when it stops; if id has stopped already, it is released now.
+func (r *revision) giveRelease(id string, release func()) {
+	r.mu.Lock()
+	if in := r.instances[id]; in != nil {
+		in.release = release
+		release = nil
+	}
+	r.mu.Unlock()
+	if release != nil {
+		release()
 	}
 }

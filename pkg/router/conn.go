@@ -41,6 +41,7 @@ type serverConn struct {
 	isHead    bool      // the request is HEAD
 
 	pendingInfo RequestInfo // the request, for the Observer
+	doneInfo    RequestInfo // a request answered without an instance, for the Observer
 }
 
 var connBufs = sync.Pool{New: func() any { return new([connBufSize]byte) }}

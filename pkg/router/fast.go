@@ -146,7 +146,7 @@ func (sc *serverConn) proxy(t *target, rv *revision, cfg RevisionConfig, start t
 		fc.queued = time.Since(start)
 	}
 	if r.observer != nil {
-		sc.pendingInfo = *sc.info(t, rv, start)
+		sc.info(&sc.pendingInfo, t, rv, start)
 	}
 	defer func() {
 		end := fc.end
@@ -784,7 +784,7 @@ func (sc *serverConn) appendRequest(b []byte, host string) []byte {
 		b = append(b, "Traceparent: "...)
 		n := len(b)
 		b = appendTraceparent(b)
-		if sc.r.observer != nil {
+		if sc.r.observeDetails {
 			sc.pendingInfo.Traceparent = string(b[n:])
 			sc.pendingInfo.TraceStarted = true
 		}

@@ -8,10 +8,30 @@ import (
 // Observer is told about every request the router answered, once, when it
 // has ended: the hook for request metrics, access logs and spans. It is
 // called on the request's goroutine, so it must be quick and must not
-// block; the RequestInfo is the observer's to keep. With no Observer (nil
-// in Options) the router does no work for it.
+// block; the RequestInfo is valid only during the call (the router reuses
+// it for the connection's next request): an observer that keeps it keeps a
+// copy. With no Observer (nil in Options) the router does no work for it.
 type Observer interface {
 	ObserveRequest(info *RequestInfo)
+}
+
+// DetailsObserver is an Observer that may not read the request's own
+// strings: when WantsDetails (asked once, by New) is false, the router
+// leaves Method, Host, Target, RemoteAddr, UserAgent, Referer and
+// Traceparent empty (and TraceStarted false) on its fast path, which then allocates nothing to
+// observe a request. Namespace, Route, Revision, Instance, the status, the
+// sizes and the times are always filled.
+type DetailsObserver interface {
+	Observer
+	WantsDetails() bool
+}
+
+// wantsDetails says whether o reads RequestInfo's strings.
+func wantsDetails(o Observer) bool {
+	if d, ok := o.(DetailsObserver); ok {
+		return d.WantsDetails()
+	}
+	return o != nil
 }
 
 // RequestInfo describes one request the router answered.
@@ -57,9 +77,11 @@ func (sc *serverConn) observe(t *target, rv *revision, instance string, code int
 	if o == nil {
 		return
 	}
-	info := sc.info(t, rv, start)
+	info := &sc.doneInfo
+	sc.info(info, t, rv, start)
 	info.Instance, info.Code, info.QueueWait, info.ColdStart = instance, code, queued, cold
 	o.ObserveRequest(info)
+	*info = RequestInfo{}
 }
 
 // observeCall reports a fast-path request that was admitted; proxy
@@ -69,9 +91,7 @@ func (sc *serverConn) observeCall(fc *fastCall) {
 	if o == nil {
 		return
 	}
-	info := new(RequestInfo)
-	*info = sc.pendingInfo
-	sc.pendingInfo = RequestInfo{}
+	info := &sc.pendingInfo
 	if fc.ep != nil {
 		info.Instance = fc.ep.ID
 	}
@@ -79,15 +99,25 @@ func (sc *serverConn) observeCall(fc *fastCall) {
 	info.RequestBytes, info.ResponseBytes = fc.reqBytes, fc.resBytes
 	info.Duration = time.Since(fc.start)
 	o.ObserveRequest(info)
+	*info = RequestInfo{}
 }
 
-// info describes the request in sc.head.
-func (sc *serverConn) info(t *target, rv *revision, start time.Time) *RequestInfo {
-	h := &sc.head
-	info := &RequestInfo{
-		Method: string(h.method), Host: string(h.host), Target: string(h.target), Proto: "HTTP/1.1",
-		RemoteAddr: sc.remoteAddr(), Start: start, Duration: time.Since(start),
+// info describes the request in sc.head in *info; the request's own
+// strings only if the observer wants them.
+func (sc *serverConn) info(info *RequestInfo, t *target, rv *revision, start time.Time) {
+	*info = RequestInfo{Proto: "HTTP/1.1", Start: start, Duration: time.Since(start)}
+	if t != nil {
+		info.Namespace, info.Route = t.namespace, t.route
 	}
+	if rv != nil {
+		info.Revision = rv.key.name
+	}
+	if !sc.r.observeDetails {
+		return
+	}
+	h := &sc.head
+	info.Method, info.Host, info.Target = string(h.method), string(h.host), string(h.target)
+	info.RemoteAddr = sc.remoteAddr()
 	for i := range h.headers {
 		switch hd := &h.headers[i]; {
 		case asciiEqualFold(hd.name, "user-agent"):
@@ -98,13 +128,6 @@ func (sc *serverConn) info(t *target, rv *revision, start time.Time) *RequestInf
 			info.Traceparent = string(hd.value)
 		}
 	}
-	if t != nil {
-		info.Namespace, info.Route = t.namespace, t.route
-	}
-	if rv != nil {
-		info.Revision = rv.key.name
-	}
-	return info
 }
 
 // observeHTTP reports a request served by ServeHTTP.

@@ -138,6 +138,8 @@ type Router struct {
 	clusterDomain string
 	log           *slog.Logger
 	observer      Observer
+	// observeDetails: the observer reads RequestInfo's strings.
+	observeDetails bool
 
 	hostsMu sync.Mutex                // serialises rebuilds of hosts
 	hosts   atomic.Pointer[hostIndex] // the listener's own clients
@@ -169,16 +171,17 @@ func New(opts Options) (*Router, error) {
 		return nil, errors.New("router: ActivationTimeout and MaxQueuedPerRevision must not be negative")
 	}
 	r := &Router{
-		table:    opts.Table,
-		inst:     opts.Instances,
-		stats:    opts.Stats,
-		poke:     opts.Poke,
-		wait:     opts.ActivationTimeout,
-		maxQueue: opts.MaxQueuedPerRevision,
-		external: opts.External,
-		log:      opts.Logger,
-		observer: opts.Observer,
-		revs:     map[revKey]*revision{},
+		table:          opts.Table,
+		inst:           opts.Instances,
+		stats:          opts.Stats,
+		poke:           opts.Poke,
+		wait:           opts.ActivationTimeout,
+		maxQueue:       opts.MaxQueuedPerRevision,
+		external:       opts.External,
+		log:            opts.Logger,
+		observer:       opts.Observer,
+		observeDetails: wantsDetails(opts.Observer),
+		revs:           map[revKey]*revision{},
 
 		suspectFor: suspectFor,
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -171,34 +172,46 @@ func (h *ociHandler) lookup(ctx context.Context, id string) (*listEntry, error) 
 	return nil, nil
 }
 
-func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Container, error) {
-	fail := func(err error) (Container, error) {
-		return nil, fmt.Errorf("%s create %s: %w", h.name, id, err)
-	}
+// setUp checks id, reads the bundle's spec and makes what the container
+// needs before the runtime is called: the sandbox's ENOSYS answer and the
+// managed cgroups (the caller removes them if the container does not
+// start). Create and Prepare share it.
+func (h *ociHandler) setUp(ctx context.Context, id, bundle string) (string, *specs.Spec, *cgroupSet, error) {
 	if err := checkID(id); err != nil {
-		return fail(err)
+		return "", nil, nil, err
 	}
 	bundle, err := filepath.Abs(bundle)
 	if err != nil {
-		return fail(err)
+		return "", nil, nil, err
 	}
 	spec, err := loadSpec(bundle)
 	if err != nil {
-		return fail(err)
+		return "", nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(err)
+		return "", nil, nil, err
 	}
 	if h.sandboxENOSYS {
 		if err := letSandboxAnswerENOSYS(bundle); err != nil {
-			return fail(err)
+			return "", nil, nil, err
 		}
 	}
 	var cgs *cgroupSet
 	if h.cgroups != nil {
 		if cgs, err = h.cgroups.prepare(ctx, id, bundle, spec); err != nil {
-			return fail(err)
+			return "", nil, nil, err
 		}
+	}
+	return bundle, spec, cgs, nil
+}
+
+func (h *ociHandler) Create(ctx context.Context, id, bundle string, cio IO) (Container, error) {
+	fail := func(err error) (Container, error) {
+		return nil, fmt.Errorf("%s create %s: %w", h.name, id, err)
+	}
+	bundle, spec, cgs, err := h.setUp(ctx, id, bundle)
+	if err != nil {
+		return fail(err)
 	}
 	// undo removes the managed cgroups when the container does not start.
 	undo := func() {

@@ -42,30 +42,9 @@ func (h *ociHandler) Prepare(ctx context.Context, id, bundle string, cio IO) (Co
 	if !isSubreaper() {
 		return fail(ErrNotSubreaper)
 	}
-	if err := checkID(id); err != nil {
-		return fail(err)
-	}
-	bundle, err := filepath.Abs(bundle)
+	bundle, spec, cgs, err := h.setUp(ctx, id, bundle)
 	if err != nil {
 		return fail(err)
-	}
-	spec, err := loadSpec(bundle)
-	if err != nil {
-		return fail(err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	if h.sandboxENOSYS {
-		if err := letSandboxAnswerENOSYS(bundle); err != nil {
-			return fail(err)
-		}
-	}
-	var cgs *cgroupSet
-	if h.cgroups != nil {
-		if cgs, err = h.cgroups.prepare(ctx, id, bundle, spec); err != nil {
-			return fail(err)
-		}
 	}
 	pidFile := filepath.Join(bundle, id+".pid")
 	_ = os.Remove(pidFile)

@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
 	"github.com/fluxcd/pkg/ssa"
 	ssautil "github.com/fluxcd/pkg/ssa/utils"
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/knbox/knbox/pkg/image"
 	"github.com/knbox/knbox/pkg/image/imagetest"
@@ -50,6 +52,8 @@ func TestFluxServerSideApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// controller-runtime prints a stack trace when its logger was never set.
+	ctrllog.SetLogger(logr.Discard())
 	kc, err := client.New(cfg, client.Options{HTTPClient: hc, Mapper: mapper})
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,15 @@ func TestSidecarService(t *testing.T) {
 			e.waitLogs(t, 1, "[app] runtime-info listening", svc)
 
 			// The sidecar crashes; the Revision names it.
-			dirs, _ := filepath.Glob(filepath.Join(e.k.srv.dir, "instances", "instances", rev+"-*", "volumes", "0"))
+			// The Revision's prepared sandbox (its pod directory holds the
+			// "prepared" marker) has an emptyDir too: leave it out.
+			var dirs []string
+			all, _ := filepath.Glob(filepath.Join(e.k.srv.dir, "instances", "instances", rev+"-*", "volumes", "0"))
+			for _, d := range all {
+				if _, err := os.Lstat(filepath.Join(d, "..", "..", "prepared")); os.IsNotExist(err) {
+					dirs = append(dirs, d)
+				}
+			}
 			if len(dirs) != 1 {
 				t.Fatalf("the instance's emptyDir: %v", dirs)
 			}
