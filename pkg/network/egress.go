@@ -120,7 +120,7 @@ func NewEgress(cfg EgressConfig) (*Egress, error) {
 	if cfg.Subnet != cfg.Subnet.Masked() {
 		return nil, fmt.Errorf("egress: subnet %s has host bits set (did you mean %s?)", cfg.Subnet, cfg.Subnet.Masked())
 	}
-	if !validName.MatchString(cfg.Bridge) || len(cfg.Bridge) > 15 {
+	if !validName(cfg.Bridge) || len(cfg.Bridge) > 15 {
 		return nil, fmt.Errorf("egress: bridge %q: want an interface name of at most 15 characters", cfg.Bridge)
 	}
 	if cfg.StateDir == "" {
@@ -507,7 +507,7 @@ func readRecord(stateDir string) (*record, error) {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(stateDir, recordFile), err)
 	}
 	p, err := netip.ParsePrefix(r.Subnet)
-	if err != nil || !validName.MatchString(r.Bridge) || len(r.Bridge) > 15 {
+	if err != nil || !validName(r.Bridge) || len(r.Bridge) > 15 {
 		return nil, fmt.Errorf("%s: not a record of a bridge and a subnet", filepath.Join(stateDir, recordFile))
 	}
 	r.Subnet = p.String()

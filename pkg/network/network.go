@@ -39,7 +39,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sync"
 	"syscall"
@@ -63,7 +62,24 @@ type NS struct {
 	Path string
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
+// validName reports whether name matches ^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$.
+// A loop, not a package-level regexp: the bounded repetition compiles to
+// hundreds of states at every start of the binary, every shim included.
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 253 || !isAlnum(name[0]) {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // Create makes a network namespace named name under DefaultRoot.
 func Create(name string) (*NS, error) { return CreateIn(DefaultRoot, name) }
@@ -72,7 +88,7 @@ func Create(name string) (*NS, error) { return CreateIn(DefaultRoot, name) }
 // at root/name. It fails with ErrExist if that name is taken. It needs
 // CAP_SYS_ADMIN.
 func CreateIn(root, name string) (*NS, error) {
-	if !validName.MatchString(name) || name == "." || name == ".." {
+	if !validName(name) || name == "." || name == ".." {
 		return nil, fmt.Errorf("create netns %q: invalid name", name)
 	}
 	root, err := filepath.Abs(root)
@@ -414,7 +430,7 @@ func List(root string) ([]*NS, error) {
 	}
 	var out []*NS
 	for _, e := range ents {
-		if e.IsDir() || !validName.MatchString(e.Name()) {
+		if e.IsDir() || !validName(e.Name()) {
 			continue
 		}
 		out = append(out, &NS{Name: e.Name(), Path: filepath.Join(root, e.Name())})

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -109,12 +108,29 @@ type Unisolated interface {
 	Unisolated() string
 }
 
-// validID is what runc accepts as a container id, starting with a letter or
-// digit so that it never reads as a flag or a hidden file.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]{0,253}$`)
+// validID reports whether id is what runc accepts as a container id
+// (^[A-Za-z0-9][A-Za-z0-9_.+-]{0,253}$), starting with a letter or digit so
+// that it never reads as a flag or a hidden file. A loop, not a regexp: the
+// bounded repetition compiles to hundreds of states, at every start of the
+// binary (every shim included), for a check the daemon seldom makes.
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 254 || !isAlnum(id[0]) {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '.' && c != '+' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 func checkID(id string) error {
-	if !validID.MatchString(id) {
+	if !validID(id) {
 		return fmt.Errorf("invalid container id %q: want letters, digits and _.+- (at most 254, not starting with a symbol)", id)
 	}
 	return nil
