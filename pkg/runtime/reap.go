@@ -56,12 +56,6 @@ func runCmd(cmd *exec.Cmd) error {
 	return waitCmd(cmd)
 }
 
-func own(pid int) {
-	owned.Lock()
-	owned.pids[pid] = true
-	owned.Unlock()
-}
-
 func disown(pid int) {
 	owned.Lock()
 	delete(owned.pids, pid)
