@@ -14,8 +14,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	goruntime "runtime"
-	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -153,7 +151,6 @@ func runShim(dir, logPath, handler string, log *slog.Logger) error {
 		_, _ = ready.Write([]byte("ready\n"))
 		ready.Close()
 	}
-	shimAtRest()
 	go func() {
 		<-s.ended
 		ln.Close()
@@ -175,25 +172,6 @@ func runShim(dir, logPath, handler string, log *slog.Logger) error {
 		}
 		go s.serve(c)
 	}
-}
-
-// shimGCPercent is the shim's GC target: a shim allocates little after its
-// start (a JSON request and response per call, its pods' log lines), so a
-// low target keeps its heap near what is live at the cost of a few more
-// collections of a small heap.
-const shimGCPercent = 25
-
-// shimAtRest makes the shim's Go runtime small for a long life of little
-// work. The shim is the knbox binary, whose package init (Kubernetes and
-// Knative schemes, kubectl) leaves megabytes of heap, mostly garbage, that
-// the runtime would otherwise keep mapped for minutes, in every shim: one
-// P (a shim is never CPU-bound; threads blocked in wait4 and the like are
-// made apart from Ps), a low GC target, and the freed heap returned to the
-// OS now rather than by the background scavenger.
-func shimAtRest() {
-	goruntime.GOMAXPROCS(1)
-	debug.SetGCPercent(shimGCPercent)
-	debug.FreeOSMemory()
 }
 
 // listenUnixIn listens on dir/name, binding through /proc/self/fd so that a
