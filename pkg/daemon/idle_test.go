@@ -44,7 +44,11 @@ import (
 // step, and the bytes per Service between steps. With
 // KNBOX_HEAP_PROFILE=dir it writes a heap profile per step there (go tool
 // pprof -sample_index=inuse_space); KNBOX_IDLE_STEPS=100,300 sets the
-// steps. The test binary's own code and data (the test image, the
+// steps; KNBOX_IDLE_SETTLE=150s waits that long at each step before it
+// measures (default 3s: the state just after the last revision reached
+// zero, with the controllers' and the garbage collector's work of the
+// step still finishing; past 2 minutes the Go runtime has run its periodic
+// GC and returned what the step left over). The test binary's own code and data (the test image, the
 // in-process registry's blobs, the client) are in every figure; the
 // differences are the server's. BenchmarkIdleServer measures the knbox
 // binary itself.
@@ -129,8 +133,16 @@ func benchIdle(b *testing.B, separate bool) {
 		heapProfile string
 		detail      string
 	}
+	settle := 3 * time.Second
+	if v := os.Getenv("KNBOX_IDLE_SETTLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Hour {
+			b.Fatalf("KNBOX_IDLE_SETTLE=%q: a duration within 0..1h", v)
+		}
+		settle = d
+	}
 	measure := func(n int) step {
-		time.Sleep(3 * time.Second) // let what the last step started settle (not a timed assertion)
+		time.Sleep(settle) // let what the last step started settle (not a timed assertion)
 		if separate {
 			heap, goroutines := scrapeGo(b, metricsURL)
 			return step{services: n, heap: heap, rss: rssOf(b, srv.Process.Pid), goroutines: goroutines,
