@@ -225,6 +225,23 @@ func (s *Server) owner(namespace string, ref metav1.OwnerReference) (mo metaOnly
 	return mo, mo.Metadata.UID == ref.UID, nil
 }
 
+// ownersInFlux says whether a Pod with owner references refs, just stored
+// or just deleted, is a garbage collector pass's business: one of its
+// owners is gone, is being deleted (in the foreground it waits for its
+// Pods), or cannot be read. Instances start and stop all the time, and a
+// pass reads the whole store, so their Pods ask for one only then; an
+// owner deleted after this look queues its own pass, which sees the Pod
+// as stored or deleted here.
+func (s *Server) ownersInFlux(namespace string, refs []metav1.OwnerReference) bool {
+	for _, ref := range refs {
+		mo, ok, err := s.owner(namespace, ref)
+		if err != nil || !ok || mo.Metadata.DeletionTimestamp != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // ownerLive tells whether an owner exists (by a live lookup, with the UID
 // referred to) and is not being deleted. An owner that cannot be read
 // counts as live: the caller then does what it does for a live one.

@@ -228,7 +228,7 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
-		if err == nil && len(obj.(*corev1.Pod).OwnerReferences) > 0 {
+		if err == nil && s.ownersInFlux(ns, obj.(*corev1.Pod).OwnerReferences) {
 			// An owner deleted in the foreground waits for its Pods.
 			s.gc.Add(gcKey)
 		}
@@ -252,8 +252,8 @@ func (s *Server) syncPod(k *Kind, ns, name string) error {
 			s.podChanged(ns, name)
 			return nil
 		}
-		if err == nil {
-			s.gc.Add(gcKey) // its owner may be gone already
+		if err == nil && s.ownersInFlux(ns, want.OwnerReferences) {
+			s.gc.Add(gcKey) // its owner is gone already, or going
 		}
 		return err
 	}

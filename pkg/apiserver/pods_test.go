@@ -483,7 +483,13 @@ func TestPodsOfDeletedRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "the foreground-collected Pod's instance to stop", func() bool { return src.ownerGones("default", fg.Name) > 0 })
-	for _, p := range []*corev1.Pod{gone, fg} {
+	// An instance whose Revision is gone by the time its Pod is stored:
+	// the Pod is collected (a pass is queued for it).
+	late := instancePod("gone-00001-deployment-dddddddd", "svc", true)
+	late.OwnerReferences = gone.OwnerReferences
+	src.set(late)
+	poll(t, "the late Pod of a deleted Revision collected", func() bool { return src.ownerGones("default", late.Name) > 0 })
+	for _, p := range []*corev1.Pod{gone, fg, late} {
 		if n := src.deletes("default", p.Name); n != 0 {
 			t.Errorf("pod %s of a deleted Revision: %d DeletePod (replaced), want OwnerGone only", p.Name, n)
 		}
@@ -492,7 +498,8 @@ func TestPodsOfDeletedRevision(t *testing.T) {
 	poll(t, "the Pods gone", func() bool {
 		_, e1 := pods.Get(ctx, gone.Name, metav1.GetOptions{})
 		_, e2 := pods.Get(ctx, fg.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2)
+		_, e3 := pods.Get(ctx, late.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2) && apierrors.IsNotFound(e3)
 	})
 	poll(t, "the foreground-deleted Revision gone", func() bool {
 		_, err := revs.Get(ctx, "fg-00001", metav1.GetOptions{})
