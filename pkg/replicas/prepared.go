@@ -19,7 +19,8 @@ import (
 // started), so that its next scale-up (the one from zero above all) only
 // starts it: `runc start` and the first probe. Once consumed, the next is
 // prepared in the background when the revision wants no more instances than
-// it has.
+// it has and all of them are ready (not while some are starting: the
+// preparation would slow their start).
 //
 // A prepared sandbox is not an instance: it is no Pod, no endpoint, no ready
 // capacity for the autoscaler, and its events (Pulled, Created) are not
@@ -285,7 +286,11 @@ func (r *revision) spareLocked(now time.Time, want int32, live int, synced bool)
 		}
 		return "", nil, nil
 	}
-	if r.removing || r.static != nil || r.halted || !r.everReady || !synced || want > int32(live) || r.m.detaching.Load() ||
+	// Not while an instance is starting (a scale-up, the one from zero
+	// that used the last sandbox above all): preparing the next one would
+	// take CPU from the starts the requests wait for. The reconcile that
+	// sees them ready prepares it.
+	if r.removing || r.static != nil || r.halted || !r.everReady || !synced || want > int32(live) || r.readyLocked() < int32(live) || r.m.detaching.Load() ||
 		now.Before(r.spareNext) || r.blocked != nil {
 		return "", nil, nil
 	}

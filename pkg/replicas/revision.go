@@ -1062,10 +1062,12 @@ func (r *revision) podChanged(id string) {
 		r.mu.Unlock()
 		return
 	}
-	changed, first := false, false
+	changed, first, spare := false, false, false
 	ready := st.Ready && !in.stopping
 	if in.ready != ready {
 		in.ready, changed = ready, true
+		// The loop prepares the next sandbox once no instance is starting.
+		spare = ready && r.spare == nil && r.m.opts.Prepared != nil
 		if ready {
 			if !r.everReady {
 				r.log.Info("revision ready", "instance", id, "sinceCreated", time.Since(in.born))
@@ -1086,7 +1088,7 @@ func (r *revision) podChanged(id string) {
 		}
 	}
 	r.mu.Unlock()
-	if first {
+	if first || spare {
 		// The deployment probe is done: what is wanted may drop (to the
 		// autoscaler's scale, zero for initial-scale 0), so the loop runs.
 		r.poke()
