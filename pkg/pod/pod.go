@@ -39,6 +39,11 @@ const (
 	cleanupTimeout = 30 * time.Second
 	// killWait bounds the wait for a container's exit after SIGKILL.
 	killWait = 10 * time.Second
+	// youngContainers and termAgain: containers stopped less than
+	// youngContainers after their start get a second SIGTERM termAgain
+	// after the first (see terminate).
+	youngContainers = 2 * time.Second
+	termAgain       = time.Second
 	// maxTerminationMessage is what is read of a termination log, as the
 	// kubelet reads at most 4096 bytes.
 	maxTerminationMessage = 4096
@@ -1133,19 +1138,43 @@ func (p *pod) terminate(ctx context.Context, exs []*exitWatch, grace time.Durati
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	for _, i := range running() {
-		if err := p.ctrs[i].t.Kill(kctx, syscall.SIGTERM); err != nil {
-			p.log.Warn("SIGTERM failed", "container", p.ctrs[i].name, "err", err)
+	sigterm := func() {
+		for _, i := range running() {
+			if err := p.ctrs[i].t.Kill(kctx, syscall.SIGTERM); err != nil {
+				p.log.Warn("SIGTERM failed", "container", p.ctrs[i].name, "err", err)
+			}
 		}
 	}
+	young := time.Since(p.lastStarted) < youngContainers
+	sigterm()
 	t := time.NewTimer(grace)
 	defer t.Stop()
-	select {
-	case <-allDone:
-		return
-	case <-t.C:
-		p.log.Info("grace period over: SIGKILL", "grace", grace)
-	case <-ctx.Done():
+	var again <-chan time.Time
+	if young && grace > termAgain {
+		// Containers started moments ago may not have set up their
+		// handlers yet: a container's first process is PID 1 of its
+		// PID namespace, which ignores a signal it has no handler for,
+		// so the SIGTERM is lost and the stop would wait out the whole
+		// grace period (a pod restarted for a sidecar that fails at
+		// once, above all). They get it once more a little later.
+		t2 := time.NewTimer(termAgain)
+		defer t2.Stop()
+		again = t2.C
+	}
+	for {
+		select {
+		case <-allDone:
+			return
+		case <-again:
+			again = nil
+			p.log.Info("containers started moments before their SIGTERM: sending it again", "after", termAgain)
+			sigterm()
+			continue
+		case <-t.C:
+			p.log.Info("grace period over: SIGKILL", "grace", grace)
+		case <-ctx.Done():
+		}
+		break
 	}
 	for _, i := range running() {
 		if err := p.ctrs[i].t.Kill(kctx, syscall.SIGKILL); err != nil {
