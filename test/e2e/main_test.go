@@ -92,11 +92,24 @@ func startServer(t *testing.T, dir, apiAddr string) *server {
 // (restart_test.go starts servers that do, with startServerAt).
 func startServerWith(t *testing.T, dir, apiAddr string, extra ...string) *server {
 	t.Helper()
-	if apiAddr == "" {
-		apiAddr = freePort(t)
+	pick := apiAddr == ""
+	for attempt := 1; ; attempt++ {
+		if pick {
+			apiAddr = freePort(t)
+		}
+		s, err := tryStartServerAt(t, serverOpts{dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), registryAddr: freePort(t), bin: knboxBin,
+			args: append([]string{"--keep-instances=false", "--handover-timeout=0s"}, extra...)})
+		// freePort's ports are free when picked, not when knbox binds
+		// them: a parallel test may take one in between. Then new ones.
+		if err != nil && attempt < 3 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("retrying with other ports: %v", err)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	return startServerAt(t, serverOpts{dir: dir, apiAddr: apiAddr, httpAddr: freePort(t), registryAddr: freePort(t), bin: knboxBin,
-		args: append([]string{"--keep-instances=false", "--handover-timeout=0s"}, extra...)})
 }
 
 // serverOpts say how startServerAt runs `knbox serve`.
@@ -114,6 +127,17 @@ type serverOpts struct {
 
 // startServerAt runs knbox serve as o says and waits until it answers.
 func startServerAt(t *testing.T, o serverOpts) *server {
+	t.Helper()
+	s, err := tryStartServerAt(t, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tryStartServerAt is startServerAt, with an error if knbox serve exits
+// before it answers.
+func tryStartServerAt(t *testing.T, o serverOpts) (*server, error) {
 	t.Helper()
 	dir, apiAddr := o.dir, o.apiAddr
 	kc := filepath.Join(dir, "kubeconfig")
@@ -161,14 +185,14 @@ func startServerAt(t *testing.T, o serverOpts) *server {
 	for {
 		select {
 		case <-s.exited:
-			t.Fatalf("knbox serve exited early:\n%s", s.logs())
+			return nil, fmt.Errorf("knbox serve exited early:\n%s", s.logs())
 		default:
 		}
 		if _, err := os.Stat(kc); err == nil {
 			if resp, err := client.Get("https://" + apiAddr + "/healthz"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == 200 {
-					return s
+					return s, nil
 				}
 			}
 		}
