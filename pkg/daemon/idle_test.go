@@ -43,7 +43,9 @@ import (
 // zero. It reports the Go heap in use after a GC and the process's RSS per
 // step, and the bytes per Service between steps. With
 // KNBOX_HEAP_PROFILE=dir it writes a heap profile per step there (go tool
-// pprof -sample_index=inuse_space); KNBOX_IDLE_STEPS=100,300 sets the
+// pprof -sample_index=inuse_space), and the goroutines by stack;
+// KNBOX_IDLE_DB=dir keeps a copy of the store's file per step (the lines
+// "knbox.db", "objects" and "event log" describe it); KNBOX_IDLE_STEPS=100,300 sets the
 // steps; KNBOX_IDLE_SETTLE=150s waits that long at each step before it
 // measures (default 3s: the state just after the last revision reached
 // zero, with the controllers' and the garbage collector's work of the
@@ -146,13 +148,14 @@ func benchIdle(b *testing.B, separate bool) {
 		if separate {
 			heap, goroutines := scrapeGo(b, metricsURL)
 			return step{services: n, heap: heap, rss: rssOf(b, srv.Process.Pid), goroutines: goroutines,
-				detail: rssDetail(b, srv.Process.Pid)}
+				detail: rssDetail(b, srv.Process.Pid) + "\n      " + dbDetail(b, cfg.DataDir, n)}
 		}
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(), detail: memDetail(b)}
+		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(),
+			detail: memDetail(b) + "\n      " + dbDetail(b, cfg.DataDir, n)}
 		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" {
 			s.heapProfile = filepath.Join(dir, fmt.Sprintf("idle-heap-%d.pprof", n))
 			f, err := os.Create(s.heapProfile)
@@ -163,6 +166,15 @@ func benchIdle(b *testing.B, separate bool) {
 				b.Fatal(err)
 			}
 			f.Close()
+			// And the goroutines, grouped by stack: what is still running.
+			g, err := os.Create(filepath.Join(dir, fmt.Sprintf("idle-goroutines-%d.txt", n)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+				b.Fatal(err)
+			}
+			g.Close()
 		}
 		return s
 	}
