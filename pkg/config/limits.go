@@ -232,7 +232,7 @@ const (
 	DefaultRouterIdleTimeout       = 90 * time.Second
 
 	DefaultEventLogSize     = 10000
-	DefaultEventLogBytes    = 64 << 20
+	DefaultEventLogBytes    = 8 << 20 // store.DefaultEventLogBytes says why
 	DefaultCacheBytes       = 4 << 20
 	DefaultWatchBufferBytes = 16 << 20
 
