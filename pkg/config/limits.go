@@ -233,7 +233,7 @@ const (
 
 	DefaultEventLogSize     = 10000
 	DefaultEventLogBytes    = 8 << 20 // store.DefaultEventLogBytes says why
-	DefaultCacheBytes       = 4 << 20
+	DefaultCacheBytes       = 1 << 20
 	DefaultWatchBufferBytes = 16 << 20
 
 	DefaultMinFreeBytes = 256 << 20

@@ -40,7 +40,7 @@ func TestHistoryOfLargeObjectIsBounded(t *testing.T) {
 	const (
 		updates    = 600
 		size       = 90 << 10
-		cacheBytes = DefaultCacheBytes / 10
+		cacheBytes = (4 << 20) / 10  // the default then
 		logBytes   = (64 << 20) / 10 // the campaign's bound (the default then)
 	)
 	opts := Options{ReserveBytes: -1, CacheBytes: cacheBytes, EventLogBytes: logBytes}

@@ -130,7 +130,7 @@ type Options struct {
 	EventLogBytes int64
 	// CacheBytes bounds the values of the newest events held in memory as
 	// well, so that recent resumptions do not read the file. Zero means
-	// DefaultCacheBytes: 4 MiB, a few thousand small objects' writes; a
+	// DefaultCacheBytes: 1 MiB, some 500 writes of Knative objects; a
 	// server at rest holds it for nothing, and a resumption from further
 	// back reads the log from the file.
 	CacheBytes int64
@@ -184,7 +184,7 @@ const (
 	// at 64 MiB, 500 idle Services kept 21 MiB of values (32 MiB of
 	// pages) in the file and in knbox's RSS.
 	DefaultEventLogBytes    = 8 << 20
-	DefaultCacheBytes       = 4 << 20
+	DefaultCacheBytes       = 1 << 20
 	DefaultWatchBuffer      = 1000
 	DefaultWatchBufferBytes = 16 << 20
 	// DefaultMaxValueBytes is etcd's default request size limit
@@ -195,7 +195,9 @@ const (
 )
 
 const (
-	defaultRingSize = 4096
+	// defaultRingSize: the ring's slots (an Event each, 136 bytes) are
+	// allocated whole; the default CacheBytes holds ~1,000 small values.
+	defaultRingSize = 1024
 	// lockTimeout bounds the wait for bbolt's file lock, so a second process
 	// on the same file fails instead of hanging.
 	lockTimeout = 5 * time.Second
