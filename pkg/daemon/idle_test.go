@@ -338,7 +338,24 @@ func rssClasses(t testing.TB, pid int) map[string]float64 {
 // file-backed mappings that hold the most resident pages.
 func rssDetail(t testing.TB, pid int) string {
 	st := rssClasses(t, pid)
-	return fmt.Sprintf("RSS anon %.1f file %.1f (%s)", st["RssAnon"], st["RssFile"], fileMappings(t, pid))
+	return fmt.Sprintf("RSS anon %.1f file %.1f (%s); CPU %.1fs", st["RssAnon"], st["RssFile"], fileMappings(t, pid), cpuSeconds(t, pid))
+}
+
+// cpuSeconds is the user and system CPU time process pid has used, from
+// /proc/pid/stat.
+func cpuSeconds(t testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command (which may hold spaces) in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
 }
 
 // fileMappings lists the three files with the most resident pages mapped
