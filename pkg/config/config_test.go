@@ -68,7 +68,7 @@ func TestDefaults(t *testing.T) {
 			EphemeralStorage:  EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 			InstanceDNS:       DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
 			InstanceAPI:       InstanceAPILimits{MaxConnections: 32},
-			Memory:            MemoryLimits{GCPercent: 100},
+			Memory:            MemoryLimits{GCPercent: 50},
 			PreparedSandboxes: PreparedSandboxLimits{Count: 16, Memory: 256 << 20},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{

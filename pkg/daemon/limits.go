@@ -109,11 +109,14 @@ func imageOptions(cfg *config.Config) (image.Options, error) {
 }
 
 // tuneGC applies limits.memory to the Go runtime of this process, except
-// what the GOGC and GOMEMLIMIT environment variables already set.
+// what the GOGC and GOMEMLIMIT environment variables already set. (The
+// shims, the same binary, keep Go's defaults: they never call it.)
 func tuneGC(m config.MemoryLimits, log *slog.Logger) {
-	if _, ok := os.LookupEnv("GOGC"); !ok && m.GCPercent > 0 && m.GCPercent != config.DefaultGCPercent {
+	if _, ok := os.LookupEnv("GOGC"); !ok && m.GCPercent > 0 {
 		debug.SetGCPercent(m.GCPercent)
-		log.Info("garbage collector target set", "gcPercent", m.GCPercent)
+		if m.GCPercent != config.DefaultGCPercent {
+			log.Info("garbage collector target set", "gcPercent", m.GCPercent)
+		}
 	}
 	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok && m.SoftLimit > 0 {
 		debug.SetMemoryLimit(int64(m.SoftLimit))

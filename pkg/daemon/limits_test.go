@@ -28,6 +28,11 @@ func TestTuneGC(t *testing.T) {
 	if got := debug.SetMemoryLimit(math.MaxInt64); got != 64<<20 {
 		t.Errorf("soft limit %d, want 64 MiB", got)
 	}
+	// The default is knbox's, not Go's: it is set too.
+	tuneGC(config.MemoryLimits{GCPercent: config.DefaultGCPercent}, log)
+	if got := debug.SetGCPercent(100); got != config.DefaultGCPercent {
+		t.Errorf("gcPercent %d with the default, want %d", got, config.DefaultGCPercent)
+	}
 
 	t.Setenv("GOGC", "200")
 	t.Setenv("GOMEMLIMIT", "1GiB")
