@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 				RequestTimeout: Duration(time.Minute), StreamIdleTimeout: Duration(4 * time.Hour),
 				StreamCreationTimeout: Duration(30 * time.Second), MaxObjectBytes: 1536 << 10},
 			Router: ServerLimits{MaxConnections: 10000, ReadHeaderTimeout: Duration(10 * time.Second), IdleTimeout: Duration(90 * time.Second)},
-			Store:  StoreLimits{EventLogSize: 10000, EventLogBytes: 8 << 20, CacheBytes: 1 << 20, WatchBufferBytes: 16 << 20},
+			Store:  StoreLimits{EventLogSize: 10000, EventLogBytes: 4 << 20, CacheBytes: 1 << 20, WatchBufferBytes: 16 << 20},
 			Disk:   DiskLimits{MinFreeBytes: 256 << 20, ReserveBytes: 64 << 20},
 			Images: ImageLimits{MaxLayerBytes: 4 << 30, MaxImageBytes: 8 << 30, MaxLayerFiles: 250000, MaxImageFiles: 500000, MaxLayers: 127,
 				MaxConfigBytes: 8 << 20, MaxManifestBytes: 4 << 20, PullBackoff: Duration(10 * time.Second), MaxPullBackoff: Duration(5 * time.Minute)},

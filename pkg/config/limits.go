@@ -171,8 +171,9 @@ type StoreLimits struct {
 	// EventLogSize events are kept for watches resuming from a
 	// resourceVersion (their kind, name and revision)...
 	EventLogSize int `json:"eventLogSize,omitempty"`
-	// ...and the objects of the newest of them up to EventLogBytes; a
-	// watch resuming from before them gets 410 Gone and relists.
+	// ...and the objects of the newest of them up to EventLogBytes (as
+	// stored: compressed, about half their JSON); a watch resuming from
+	// before them gets 410 Gone and relists.
 	EventLogBytes ByteSize `json:"eventLogBytes,omitempty"`
 	// CacheBytes of the newest events are also held in memory.
 	CacheBytes ByteSize `json:"cacheBytes,omitempty"`
@@ -233,7 +234,7 @@ const (
 	DefaultRouterIdleTimeout       = 90 * time.Second
 
 	DefaultEventLogSize     = 10000
-	DefaultEventLogBytes    = 8 << 20 // store.DefaultEventLogBytes says why
+	DefaultEventLogBytes    = 4 << 20 // store.DefaultEventLogBytes says why
 	DefaultCacheBytes       = 1 << 20
 	DefaultWatchBufferBytes = 16 << 20
 

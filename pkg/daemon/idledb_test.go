@@ -18,7 +18,8 @@ import (
 
 // dbDetail says what the store's file holds: its size, the bytes of each
 // bucket's pages, the objects by resource (count and mean size) and the
-// event log (events, how many keep their value). It reads a copy of
+// event log (events, how many keep their value), all as stored
+// (compressed values compressed). It reads a copy of
 // knbox.db taken at rest (the server holds the file's lock); a copy taken
 // while a commit was being written is taken again. With
 // KNBOX_IDLE_DB=dir the copy of each step stays there (idle-db-N.db).
@@ -115,7 +116,7 @@ func describeDB(path string) (out string, err error) {
 		if bk := tx.Bucket([]byte("events")); bk != nil {
 			_ = bk.ForEach(func(k, v []byte) error {
 				events++
-				if len(v) < 3 || v[1] != 0 { // flags: stripped
+				if len(v) < 3 || v[1]&1 != 0 { // flags: stripped (2: compressed)
 					return nil
 				}
 				kept++
@@ -132,7 +133,7 @@ func describeDB(path string) (out string, err error) {
 				return nil
 			})
 		}
-		fmt.Fprintf(&b, "\n      event log: %d events, %d with their value (%.1f MiB):", events, kept, float64(keptBytes)/(1<<20))
+		fmt.Fprintf(&b, "\n      event log: %d events, %d with their value (%.1f MiB as stored):", events, kept, float64(keptBytes)/(1<<20))
 		names = names[:0]
 		for r := range byEv {
 			names = append(names, r)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -128,4 +130,14 @@ func detailed(evs []Event) []string {
 		out[i] += fmt.Sprintf(" %q<-%q", ev.Entry.Value, ev.Prev)
 	}
 	return out
+}
+
+// noise is size bytes that do not compress (the store compresses values),
+// the same for the same seed.
+func noise(size int, seed uint64) []byte {
+	b := make([]byte, size)
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	_, _ = rand.NewChaCha8(s).Read(b)
+	return b
 }

@@ -51,7 +51,7 @@ func TestHistoryOfLargeObjectIsBounded(t *testing.T) {
 	mustCreate(t, s, other, "small")
 	start := s.Revision()
 	before := heapInUse()
-	value := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, size) }
+	value := func(i int) []byte { return noise(size, uint64(i)) }
 	var revs []int64
 	for i := range updates {
 		e, err := s.Mutate(cm, func(*Entry, int64) (Mutation, error) { return Mutation{Value: value(i)}, nil })
@@ -120,7 +120,7 @@ func TestOpenCompactsFreePages(t *testing.T) {
 	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
 	compactMinBytes = 1 << 20
 	s, path := openTest(t, Options{ReserveBytes: -1, EventLogBytes: 1 << 20})
-	big := bytes.Repeat([]byte("x"), 128<<10)
+	big := noise(128<<10, 1)
 	for i := range 40 { // 5 MiB of objects, then deleted
 		k := Key{Resource: "configmaps", Namespace: "default", Name: fmt.Sprint(i)}
 		if _, err := s.Create(k, func(int64) ([]byte, error) { return big, nil }); err != nil {
@@ -245,7 +245,7 @@ func TestStrippedEventsShareLeafPages(t *testing.T) {
 		logBytes = 64 << 10
 	)
 	s, _ := openTest(t, Options{ReserveBytes: -1, EventLogBytes: logBytes})
-	value := bytes.Repeat([]byte{'v'}, size)
+	value := noise(size, 1)
 	for i := range writes {
 		k := Key{Resource: "revisions.serving.knative.dev", Namespace: "default", Name: fmt.Sprintf("r-%d", i%300)}
 		if _, err := s.Mutate(k, func(*Entry, int64) (Mutation, error) { return Mutation{Value: value}, nil }); err != nil {

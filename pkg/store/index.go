@@ -123,7 +123,11 @@ func (s *Store) prepareIndex(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		labels, err := s.opts.Labels(key, v[8:])
+		e, err := decodeObject(key, v)
+		if err != nil {
+			return err
+		}
+		labels, err := s.opts.Labels(key, e.Value)
 		if err != nil {
 			return fmt.Errorf("build label index: %s: %w", key, err)
 		}

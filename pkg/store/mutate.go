@@ -172,10 +172,11 @@ func (s *Store) write(key Key, fn MutateFunc) (written, error) {
 			}
 		}
 		w.ev = ev
-		if err := s.appendEvent(tx, ev); err != nil {
+		stored, err := s.appendEvent(tx, ev)
+		if err != nil {
 			return err
 		}
-		w.logBytes += int64(len(ev.Entry.Value))
+		w.logBytes += stored
 		added, err := linkPrev(tx, ev, w.compacted)
 		if err != nil {
 			return err
@@ -202,19 +203,21 @@ func (s *Store) valueLimit(resource string) int64 {
 	return s.opts.MaxValueBytes
 }
 
-// appendEvent persists ev and the new revision.
-func (s *Store) appendEvent(tx *bolt.Tx, ev Event) error {
+// appendEvent persists ev and the new revision. It returns the bytes of
+// ev's value as stored.
+func (s *Store) appendEvent(tx *bolt.Tx, ev Event) (int64, error) {
 	events := tx.Bucket(bucketEvents)
 	events.FillPercent = 0.9 // keys only grow: pack pages
 	rev := encodeRevision(ev.Entry.Revision)
 	r := record{typ: ev.Type, key: ev.Entry.Key, rev: ev.Entry.Revision, prevRev: ev.prevRev, value: ev.Entry.Value}
-	if err := events.Put(rev, encodeRecord(r)); err != nil {
-		return fmt.Errorf("put event: %w", err)
+	b, stored := encodeRecordSize(r)
+	if err := events.Put(rev, b); err != nil {
+		return 0, fmt.Errorf("put event: %w", err)
 	}
 	if err := tx.Bucket(bucketMeta).Put(metaRevision, rev); err != nil {
-		return fmt.Errorf("put revision: %w", err)
+		return 0, fmt.Errorf("put revision: %w", err)
 	}
-	return nil
+	return stored, nil
 }
 
 // linkPrev records where the value ev's key had before ev is found: the
@@ -231,10 +234,11 @@ func linkPrev(tx *bolt.Tx, ev Event, compacted int64) (int64, error) {
 		}
 		return 0, nil
 	}
-	if err := tx.Bucket(bucketPrev).Put(rev, append([]byte{0}, ev.Prev...)); err != nil {
+	pv := encodePrev(ev.Prev)
+	if err := tx.Bucket(bucketPrev).Put(rev, pv); err != nil {
 		return 0, fmt.Errorf("put prev: %w", err)
 	}
-	return int64(len(ev.Prev)), nil
+	return int64(len(pv) - 1), nil
 }
 
 // compact removes at most maxCompactPerWrite of the oldest events that fall
@@ -282,10 +286,11 @@ func carryValue(tx *bolt.Tx, k, v []byte, r record) (int64, error) {
 			if err != nil {
 				return 0, err
 			}
-			if err := prev.Put(y, append([]byte{0}, full.value...)); err != nil {
+			pv := encodePrev(full.value)
+			if err := prev.Put(y, pv); err != nil {
 				return 0, fmt.Errorf("carry the value of event %d: %w", r.rev, err)
 			}
-			delta += int64(len(full.value))
+			delta += int64(len(pv) - 1)
 		}
 		if err := next.Delete(k); err != nil {
 			return 0, fmt.Errorf("delete next of %d: %w", r.rev, err)

@@ -279,7 +279,11 @@ func changesSince(tx *bolt.Tx, f filter, at, cur int64, seek []byte) ([]change, 
 // the log (see linkPrev).
 func valueAt(tx *bolt.Tx, ch change) (Entry, error) {
 	if pv := tx.Bucket(bucketPrev).Get(encodeRevision(ch.rev)); pv != nil {
-		return Entry{Key: ch.key, Value: bytes.Clone(pv[1:]), Revision: ch.prevRev}, nil
+		v, err := decodePrev(pv)
+		if err != nil {
+			return Entry{}, fmt.Errorf("%s at revision %d: %w", ch.key, ch.prevRev, err)
+		}
+		return Entry{Key: ch.key, Value: v, Revision: ch.prevRev}, nil
 	}
 	k := encodeRevision(ch.prevRev)
 	v := tx.Bucket(bucketEvents).Get(k)

@@ -121,7 +121,8 @@ type Options struct {
 	// bbolt so a watch can resume from a revision across restarts. Zero means
 	// DefaultEventLogSize.
 	EventLogSize int
-	// EventLogBytes bounds the values the event log keeps: the newest
+	// EventLogBytes bounds the values the event log keeps, counted as
+	// stored (compressed when that helps, see codec.go): the newest
 	// events keep theirs, up to this many bytes in all (the newest event
 	// always); older ones keep only their type, key and revisions. A watch
 	// resuming from a revision gets ErrGone if one of the events it would
@@ -176,14 +177,15 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultEventLogSize = 10000
-	// DefaultEventLogBytes: 8 MiB of values are some 4,000 writes of
-	// Knative objects (2 KiB each, about twenty per idle Service), far
-	// more than a watch that fell behind or a paged list needs to
-	// resume. The file holds what the log keeps, and the kernel maps
-	// nearly all of it into knbox (every read maps 64 KiB around it):
-	// at 64 MiB, 500 idle Services kept 21 MiB of values (32 MiB of
-	// pages) in the file and in knbox's RSS.
-	DefaultEventLogBytes    = 8 << 20
+	// DefaultEventLogBytes: 4 MiB of values as stored are some 4,000
+	// writes of Knative objects (2 KiB of JSON each, half that
+	// compressed; about twenty per idle Service), far more than a watch
+	// that fell behind or a paged list needs to resume. The file holds
+	// what the log keeps, and the kernel maps nearly all of it into
+	// knbox (every read maps 64 KiB around it): at 64 MiB, 500 idle
+	// Services kept 21 MiB of values (32 MiB of pages) in the file and in
+	// knbox's RSS.
+	DefaultEventLogBytes    = 4 << 20
 	DefaultCacheBytes       = 1 << 20
 	DefaultWatchBuffer      = 1000
 	DefaultWatchBufferBytes = 16 << 20
@@ -336,7 +338,8 @@ func (s *Store) recover() error {
 					return fmt.Errorf("migrate format 1: %w", err)
 				}
 			}
-		case len(v) == 1 && v[0] == formatVersion:
+		case len(v) == 1 && (v[0] == 2 || v[0] == formatVersion):
+			// Format 2 is format 3 with no value compressed.
 		default:
 			return fmt.Errorf("unsupported store format %v", v)
 		}
@@ -400,10 +403,10 @@ func (s *Store) loadLog(tx *bolt.Tx, rev int64) error {
 		if err != nil {
 			return err
 		}
-		if r.stripped || size+r.size() > s.opts.CacheBytes {
+		if r.stripped || size+int64(len(r.value)) > s.opts.CacheBytes {
 			break
 		}
-		size += r.size()
+		size += int64(len(r.value))
 		recent = append(recent, r.event())
 	}
 	for i := len(recent) - 1; i >= 0; i-- {

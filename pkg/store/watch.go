@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -294,7 +293,11 @@ func (s *Store) sendHead(w *watcher, tx *bolt.Tx, initial bool, dbUntil int64, b
 // when the log no longer has it.
 func prevFromLog(tx *bolt.Tx, ev *Event) {
 	if pv := tx.Bucket(bucketPrev).Get(encodeRevision(ev.Entry.Revision)); pv != nil {
-		ev.Prev = bytes.Clone(pv[1:])
+		if v, err := decodePrev(pv); err == nil {
+			ev.Prev = v
+			return
+		}
+		ev.PrevCompacted = true // unreadable: as good as gone
 		return
 	}
 	k := encodeRevision(ev.prevRev)
