@@ -159,7 +159,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 		}
 		// wait parses --for before it reaches the server.
 		c := newConnection()
-		*c.flags.KubeConfig = kc
+		c.flags.kubeconfig = kc
 		flags := cmdwait.NewWaitFlags(c, genericiooptions.NewTestIOStreamsDiscard())
 		flags.ForCondition = s
 		_, _ = flags.ToOptions([]string{"ksvc/hello"})
@@ -186,8 +186,8 @@ func FuzzKubeconfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		c := newConnection()
-		*c.flags.KubeConfig = p
-		*c.flags.Context = context
+		c.flags.kubeconfig = p
+		c.flags.context = context
 		_, _, _ = c.ToRawKubeConfigLoader().Namespace()
 		if rc, err := c.ToRESTConfig(); err == nil && rc == nil {
 			t.Fatal("no configuration and no error")
