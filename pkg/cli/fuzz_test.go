@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-	cmdwait "k8s.io/kubectl/pkg/cmd/wait"
 	kubectlutil "k8s.io/kubectl/pkg/util"
 
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
@@ -158,11 +156,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 			t.Fatalf("suggest(%q) = %q, not a known name", s, hint)
 		}
 		// wait parses --for before it reaches the server.
-		c := newConnection()
-		c.flags.kubeconfig = kc
-		flags := cmdwait.NewWaitFlags(c, genericiooptions.NewTestIOStreamsDiscard())
-		flags.ForCondition = s
-		_, _ = flags.ToOptions([]string{"ksvc/hello"})
+		_, _, _ = run(t, nil, "", "wait", "ksvc/hello", "--for", s, "--timeout=0", "--kubeconfig", kc)
 	})
 }
 
