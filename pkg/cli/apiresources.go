@@ -23,6 +23,7 @@ type apiResourcesOptions struct {
 	output     string
 	noHeaders  bool
 	group      string
+	byGroup    bool // --api-group was given ("" is the core group)
 	namespaced bool
 	verbs      []string
 	sortBy     string
@@ -70,6 +71,7 @@ func apiResourcesCommand(s *session) *cobra.Command {
 		if err != nil {
 			fmt.Fprintln(streams.ErrOut, "Warning:", err)
 		}
+		o.byGroup = cmd.Flags().Changed("api-group")
 		rs := filterResources(lists, o, cmd.Flags().Changed("namespaced"))
 		return printResources(streams.Out, rs, o)
 	})
@@ -90,7 +92,7 @@ func filterResources(lists []*metav1.APIResourceList, o apiResourcesOptions, byS
 		if err != nil {
 			continue
 		}
-		if o.group != "" && gv.Group != o.group {
+		if o.byGroup && gv.Group != o.group {
 			continue
 		}
 		for _, r := range l.APIResources {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -237,7 +238,7 @@ func describeObject(w io.Writer, obj *unstructured.Unstructured, events []unstru
 			}
 		}
 		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Secret" && (k == "data" || k == "stringData") {
-			v = secretSizes(v) // never the values
+			v = secretSizes(v, k == "data") // never the values
 		}
 		fmt.Fprintf(w, "%s:\n", title(k))
 		writeYAML(w, v, "  ")
@@ -279,8 +280,9 @@ func copyWithout(m map[string]interface{}, key string) map[string]interface{} {
 	return out
 }
 
-// secretSizes replaces a Secret's values with their sizes.
-func secretSizes(v interface{}) interface{} {
+// secretSizes replaces a Secret's values with their sizes (of the
+// decoded values, for data's base64).
+func secretSizes(v interface{}, encoded bool) interface{} {
 	m, ok := v.(map[string]interface{})
 	if !ok {
 		return "<hidden>"
@@ -288,7 +290,11 @@ func secretSizes(v interface{}) interface{} {
 	out := make(map[string]interface{}, len(m))
 	for k, x := range m {
 		s, _ := x.(string)
-		out[k] = fmt.Sprintf("<%d bytes>", len(s))
+		n := len(s)
+		if b, err := base64.StdEncoding.DecodeString(s); encoded && err == nil {
+			n = len(b)
+		}
+		out[k] = fmt.Sprintf("<%d bytes>", n)
 	}
 	return out
 }

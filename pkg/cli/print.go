@@ -1,16 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"reflect"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -180,8 +179,8 @@ func parseColumns(spec string, fromFile bool) ([]column, error) {
 	} else {
 		for _, part := range strings.Split(spec, ",") {
 			h, p, ok := strings.Cut(part, ":")
-			if !ok || h == "" || p == "" {
-				return nil, fmt.Errorf("custom-columns: %q is no NAME:PATH column (e.g. NAME:.metadata.name)", part)
+			if !ok || h == "" || p == "" || strings.IndexFunc(h, unicode.IsSpace) >= 0 || strings.IndexFunc(h, unicode.IsControl) >= 0 {
+				return nil, fmt.Errorf("custom-columns: %q is no NAME:PATH column (e.g. NAME:.metadata.name; NAME without spaces)", part)
 			}
 			headers, paths = append(headers, h), append(paths, p)
 		}
@@ -245,7 +244,9 @@ func (c *columnsPrinter) PrintObj(obj runtime.Object, out io.Writer) error {
 					vals = append(vals, fmt.Sprint(v.Interface()))
 				}
 			}
-			cells[i] = strings.Join(vals, ",")
+			// A cell is one line of one column: line breaks and tabs in
+			// a value become spaces.
+			cells[i] = strings.Map(oneLineRune, strings.Join(vals, ","))
 			if len(vals) == 0 {
 				cells[i] = "<none>"
 			}
@@ -253,6 +254,13 @@ func (c *columnsPrinter) PrintObj(obj runtime.Object, out io.Writer) error {
 		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}
 	return nil
+}
+
+func oneLineRune(r rune) rune {
+	if unicode.IsControl(r) {
+		return ' '
+	}
+	return r
 }
 
 // parseSortBy parses --sort-by's expression.
@@ -395,19 +403,12 @@ func printObjects(pr printers.ResourcePrinter, objs []*unstructured.Unstructured
 	for _, o := range objs {
 		list.Items = append(list.Items, *o)
 	}
-	// JSONPath and templates see the list as a map, as kubectl gives it.
-	var buf bytes.Buffer
-	if err := pr.PrintObj(list, &buf); err != nil {
-		return err
-	}
-	_, err := out.Write(buf.Bytes())
-	return err
+	// JSONPath and templates see the list as a map with its items, as
+	// kubectl gives it.
+	return pr.PrintObj(list, out)
 }
 
 func isName(pr printers.ResourcePrinter) bool {
 	_, ok := pr.(*printers.NamePrinter)
 	return ok
 }
-
-// hasString says whether list holds s (for flags' allowed values).
-func hasString(list []string, s string) bool { return slices.Contains(list, s) }
