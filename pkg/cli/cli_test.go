@@ -712,8 +712,8 @@ spec:
 	}{
 		{[]string{"describe", "ksvc", "hello"}, []string{"Name: hello Namespace: default Kind: Service API Version: serving.knative.dev/v1 Labels: app=hello",
 			"Spec: template:", "image: ghcr.io/knative/helloworld-go:latest", "Status: observedGeneration: 1 Conditions:",
-			"TYPE STATUS REASON MESSAGE AGE Ready False RevisionMissing Configuration \"hello\" does not have any ready Revision. 0s", "Events: <none>"}},
-		{[]string{"describe", "route/hello"}, []string{"Kind: Route", "- configurationName: hello", "AllTrafficAssigned Unknown ConfigurationMissing - 0s"}},
+			"TYPE STATUS REASON MESSAGE AGE Ready False RevisionMissing Configuration \"hello\" does not have any ready Revision.", "Events: <none>"}},
+		{[]string{"describe", "route/hello"}, []string{"Kind: Route", "- configurationName: hello", "AllTrafficAssigned Unknown ConfigurationMissing -"}},
 		{[]string{"describe", "ksvc", "-l", "app=hello"}, []string{"Name: hello"}},
 		{[]string{"describe", "ksvc", "hel"}, []string{"Name: hello"}}, // a name prefix
 		{[]string{"describe", "cm", "settings"}, []string{"Name: settings", "Data: num: \"0\""}},
