@@ -27,6 +27,10 @@ func TestGetFlags(t *testing.T) {
 	env := getEnv(t)
 	kc := []string{"--kubeconfig", env.Kubeconfig}
 	dir := t.TempDir()
+	mixed := filepath.Join(dir, "mixed.yaml")
+	if err := os.WriteFile(mixed, []byte(cm("c1", "3")+"---\napiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n---\n"+cm("c2", "1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cols := filepath.Join(dir, "cols.txt")
 	if err := os.WriteFile(cols, []byte("NAME NUM\n.metadata.name {.data.num}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -79,6 +83,11 @@ func TestGetFlags(t *testing.T) {
 		name:    "yaml list",
 		args:    []string{"get", "cm", "-l", "nothing=here", "-o", "yaml"},
 		wantOut: "apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: \"\"\n",
+	}, {
+		name:    "-f with a document that is no kind of the server's",
+		args:    []string{"get", "-f", mixed, "-o", "name"},
+		wantOut: "configmap/c1\nconfigmap/c2\n",
+		wantErr: mixed + `: document 2 (line 8): no matches for kind "Widget" in version "example.com/v1"`,
 	}, {
 		name:    "a kind and a name in TYPE/NAME form mixed",
 		args:    []string{"get", "ksvc/hello", "cm"},

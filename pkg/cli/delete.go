@@ -60,7 +60,7 @@ command waits until the objects are gone (--wait=false does not).`,
 			return err
 		}
 		tt, _, err := s.targets("delete", args, o.sel, streams.In)
-		if err != nil {
+		if len(tt) == 0 {
 			return err
 		}
 		if err := needNames("delete", tt, o.sel); err != nil {
@@ -68,7 +68,7 @@ command waits until the objects are gone (--wait=false does not).`,
 		}
 		ctx, cancel := interruptible(cmd.Context())
 		defer cancel()
-		return s.delete(ctx, tt, o, opts, streams)
+		return errors.Join(err, s.delete(ctx, tt, o, opts, streams))
 	})
 	return cmd
 }

@@ -55,14 +55,14 @@ the object of that name, else every object whose name starts with it.`,
 	fl.BoolVar(&o.showEvents, "show-events", true, "show the Events about the objects (when the server serves Events)")
 	addFileFlags(cmd, &o.sel, "naming the objects to describe")
 	cmd.RunE = s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
-		tt, _, err := s.targets("describe", args, o.sel, streams.In)
-		if err != nil {
-			return err
+		tt, _, fileErr := s.targets("describe", args, o.sel, streams.In)
+		if len(tt) == 0 {
+			return fileErr
 		}
 		ctx := orBackground(cmd.Context())
 		// Events are shown only when the server serves them.
 		events := o.showEvents && s.serves("", "v1", "events")
-		var errs []error
+		errs := []error{fileErr}
 		first := true
 		for _, t := range tt {
 			objs, err := s.describeTargets(ctx, t, o.sel)
@@ -79,7 +79,7 @@ the object of that name, else every object whose name starts with it.`,
 				describeObject(streams.Out, obj, evs, time.Now())
 			}
 		}
-		err = errors.Join(errs...)
+		err := errors.Join(errs...)
 		if first && err == nil {
 			fmt.Fprintln(streams.ErrOut, noneFound(tt, o.sel))
 		}

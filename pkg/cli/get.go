@@ -69,16 +69,19 @@ them.`,
 			return err
 		}
 		tt, showKind, err := s.targets("get", args, o.sel, streams.In)
-		if err != nil {
+		if len(tt) == 0 {
 			return err
 		}
 		o.print.showKind = o.print.showKind || showKind
 		if o.watch || o.watchOnly {
+			if err != nil {
+				return err
+			}
 			ctx, cancel := interruptible(cmd.Context())
 			defer cancel()
 			return s.getWatch(ctx, tt, o, streams)
 		}
-		return s.get(cmd.Context(), tt, o, streams)
+		return errors.Join(err, s.get(cmd.Context(), tt, o, streams))
 	})
 	return cmd
 }

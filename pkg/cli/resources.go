@@ -72,7 +72,9 @@ func (f *selectFlags) listOptions() metav1.ListOptions {
 
 // targets turns a command's arguments into targets. Every type is
 // resolved before anything is read, so an unknown type fails the command
-// before it prints anything. showKind says whether several kinds were
+// before it prints anything. With -f, the documents that cannot be read
+// or mapped are the error and the others are returned with it: the
+// command acts on those and fails at the end, as kubectl's -f does. showKind says whether several kinds were
 // asked for (tables then name each row's kind).
 func (s *session) targets(verb string, args []string, sel selectFlags, stdin io.Reader) (tt []selection, showKind bool, err error) {
 	if err := sel.validate(); err != nil {

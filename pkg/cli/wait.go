@@ -64,7 +64,7 @@ It fails when --timeout (default 30s) passes first.`,
 			return err
 		}
 		tt, _, err := s.targets("wait", args, o.sel, streams.In)
-		if err != nil {
+		if len(tt) == 0 {
 			return err
 		}
 		if err := needNames("wait for", tt, o.sel); err != nil {
@@ -72,7 +72,7 @@ It fails when --timeout (default 30s) passes first.`,
 		}
 		ctx, cancel := interruptible(cmd.Context())
 		defer cancel()
-		return s.waitAll(ctx, tt, o.sel, cond, o.timeout, streams.Out)
+		return errors.Join(err, s.waitAll(ctx, tt, o.sel, cond, o.timeout, streams.Out))
 	})
 	return cmd
 }
