@@ -239,7 +239,7 @@ func TestDeleteFlags(t *testing.T) {
 		t.Errorf("dry run: %q", out)
 	}
 	getObject(t, env, cmGVR, "default", "c1")
-	if out := knbox(t, env, "", "delete", "cm/nope", "cm/c1", "--ignore-not-found"); out != "configmap \"c1\" deleted\n" {
+	if out := knbox(t, env, "", "delete", "cm/nope", "cm/c1", "--ignore-not-found", "-o", "name"); out != "configmap/c1\n" {
 		t.Errorf("--ignore-not-found: %q", out)
 	}
 	// -l across namespaces, then --all.

@@ -14,8 +14,8 @@ import (
 )
 
 // delete is knbox's own over the dynamic client. Dropped from kubectl
-// delete: -k, --raw, --force (knbox has no kubelet to skip), --interactive
-// and the client-side check of --all against the namespace's objects.
+// delete: -k, --raw, --force (knbox has no kubelet to skip) and
+// --interactive.
 
 // deleteOptions are delete's flags.
 type deleteOptions struct {
@@ -27,6 +27,7 @@ type deleteOptions struct {
 	cascade        string
 	gracePeriod    int
 	now            bool
+	output         string // "" or name
 }
 
 func deleteCommand(s *session) *cobra.Command {
@@ -53,6 +54,7 @@ command waits until the objects are gone (--wait=false does not).`,
 	fl.StringVar(&o.cascade, "cascade", o.cascade, "background, foreground (the object goes after its dependents) or orphan (its dependents stay)")
 	fl.IntVar(&o.gracePeriod, "grace-period", o.gracePeriod, "seconds the object has to end gracefully (-1: its own default)")
 	fl.BoolVar(&o.now, "now", false, "end at once (--grace-period=1)")
+	fl.StringVarP(&o.output, "output", "o", "", "name: print TYPE/NAME of each object deleted")
 	addFileFlags(cmd, &o.sel, "naming the objects to delete")
 	cmd.RunE = s.run(func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error {
 		opts, err := o.deleteOptions()
@@ -76,6 +78,9 @@ command waits until the objects are gone (--wait=false does not).`,
 // deleteOptions turns the flags into the request's options.
 func (o deleteOptions) deleteOptions() (metav1.DeleteOptions, error) {
 	var opts metav1.DeleteOptions
+	if o.output != "" && o.output != "name" {
+		return opts, fmt.Errorf("--output=%s: want name", o.output)
+	}
 	var policy metav1.DeletionPropagation
 	switch o.cascade {
 	case "background", "true":
@@ -173,7 +178,11 @@ func (s *session) delete(ctx context.Context, tt []selection, o deleteOptions, o
 					continue
 				}
 			}
-			fmt.Fprintf(streams.Out, "%s %q deleted%s\n", t.kind(), n.name, suffix)
+			if o.output == "name" {
+				fmt.Fprintf(streams.Out, "%s/%s\n", t.kind(), n.name)
+			} else {
+				fmt.Fprintf(streams.Out, "%s %q deleted%s\n", t.kind(), n.name, suffix)
+			}
 			t := t
 			t.namespace = n.ns
 			gone = append(gone, deleted{t: t, name: n.name, uid: uid})

@@ -27,7 +27,8 @@ import (
 // the status conditions as a table and the object's Events. kubectl's
 // describers of core kinds (a Pod's containers in columns, a Secret's
 // keys, ...) are not copied: knbox's kinds are Knative's and a few core
-// ones, and YAML reads the same for all of them.
+// ones, and YAML reads the same for all of them. Dropped flags: -k and
+// --chunk-size.
 
 // describeOptions are describe's flags.
 type describeOptions struct {

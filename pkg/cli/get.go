@@ -20,10 +20,10 @@ import (
 
 // get is knbox's own: the server's tables (as kubectl asks for them),
 // cli-runtime's printers for the other formats, the dynamic client for
-// objects and watches. Dropped from kubectl get: -k (kustomize),
-// --output-watch-events, --chunk-size (the whole list comes in one
-// answer), --raw, --subresource and the client-side printing of servers
-// that serve no tables.
+// objects and watches. Dropped from kubectl get (and from knbox get when
+// it was kubectl's): -k (kustomize), --output-watch-events, --chunk-size
+// (the whole list comes in one answer) and --server-print=false (the
+// client-side printing of servers that serve no tables).
 
 // getOptions are get's flags.
 type getOptions struct {

@@ -25,7 +25,7 @@ import (
 // wait is knbox's own: it lists each object and then watches it (the
 // dynamic client's watch, from the list's resourceVersion) until the
 // condition holds, the timeout passes or the command is interrupted.
-// Dropped from kubectl wait: --local and -k.
+// Dropped from kubectl wait: --local, -o and -k.
 
 // waitOptions are wait's flags.
 type waitOptions struct {
