@@ -149,8 +149,11 @@ func TestGetWatchTable(t *testing.T) {
 			t.Fatalf("the watches show no change:\n%s\n%s", out, only)
 		}
 		knbox(t, env, cm("c1", strconv.Itoa(10+i)), "apply", "-f", "-")
-		eventually(t, func() bool { return true }, time.Second, "")
-		time.Sleep(50 * time.Millisecond)
+		// Up to a second for the change to show, then another change
+		// (a watch that started after this one misses it).
+		for deadline := time.Now().Add(time.Second); !changed() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if !strings.HasPrefix(lines[0], "NAME") || strings.Count(out.String(), "NAME") != 1 {
