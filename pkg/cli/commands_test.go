@@ -155,6 +155,10 @@ func TestGetWatchTable(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	// A named object that does not exist is an error, as without -w.
+	if _, _, err := run(t, nil, "", "get", "cm", "nope", "-w", "--kubeconfig", env.Kubeconfig); err == nil || err.Error() != `configmaps "nope" not found` {
+		t.Errorf("get -w of a missing object: %v", err)
+	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if !strings.HasPrefix(lines[0], "NAME") || strings.Count(out.String(), "NAME") != 1 {
 		t.Errorf("the header is not printed once, first:\n%s", out)

@@ -20,7 +20,8 @@ import (
 
 // get is knbox's own: the server's tables (as kubectl asks for them),
 // cli-runtime's printers for the other formats, the dynamic client for
-// objects and watches. Dropped from kubectl get (and from knbox get when
+// objects. Tables and watches go through a plain REST client: the dynamic
+// client cannot ask for tables, and one watch reader serves both. Dropped from kubectl get (and from knbox get when
 // it was kubectl's): -k (kustomize), --output-watch-events, --chunk-size
 // (the whole list comes in one answer) and --server-print=false (the
 // client-side printing of servers that serve no tables).
@@ -343,6 +344,9 @@ func (s *session) getWatch(ctx context.Context, tt []selection, o getOptions, st
 			return err
 		}
 		rv = tbl.ResourceVersion
+		if len(t.names) == 1 && len(tbl.Rows) == 0 && !o.watchOnly {
+			return apierrors.NewNotFound(t.mapping.Resource.GroupResource(), t.names[0])
+		}
 		if !o.watchOnly && len(tbl.Rows) > 0 {
 			if err := sortTable(o.print.sortBy, tbl); err != nil {
 				return err
@@ -357,6 +361,9 @@ func (s *session) getWatch(ctx context.Context, tt []selection, o getOptions, st
 			return fmt.Errorf("decode the list: %w", err)
 		}
 		rv = l.GetResourceVersion()
+		if len(t.names) == 1 && len(l.Items) == 0 && !o.watchOnly {
+			return apierrors.NewNotFound(t.mapping.Resource.GroupResource(), t.names[0])
+		}
 		if !o.watchOnly {
 			for i := range l.Items {
 				if err := pr.PrintObj(&l.Items[i], streams.Out); err != nil {
