@@ -385,14 +385,7 @@ func TestGetCommand(t *testing.T) {
 	t.Parallel()
 	env := getEnv(t)
 	kc := []string{"--kubeconfig", env.Kubeconfig}
-	tests := []struct {
-		name       string
-		args       []string
-		wantOut    string   // exact stdout, if not ""
-		wantLines  []string // each a line of stdout, in order, as fields
-		wantStderr string
-		wantErr    string
-	}{{
+	runCommandCases(t, kc, []commandCase{{
 		name:      "table",
 		args:      []string{"get", "ksvc"},
 		wantLines: []string{"NAME URL LATESTCREATED LATESTREADY READY REASON AGE", "hello *"},
@@ -497,28 +490,7 @@ func TestGetCommand(t *testing.T) {
 		name:    "bad selector",
 		args:    []string{"get", "ksvc", "-l", "a b"},
 		wantErr: `-l "a b": unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt`,
-	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			out, errOut, err := run(t, nil, "", append(tt.args, kc...)...)
-			if tt.wantErr == "" && err != nil {
-				t.Fatalf("error: %v", err)
-			}
-			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
-				t.Errorf("error %v, want %s", err, tt.wantErr)
-			}
-			if errOut != tt.wantStderr {
-				t.Errorf("stderr %q, want %q", errOut, tt.wantStderr)
-			}
-			if tt.wantOut != "" && out != tt.wantOut {
-				t.Errorf("stdout:\n%s\nwant:\n%s", out, tt.wantOut)
-			}
-			if tt.wantOut == "" {
-				checkLines(t, out, tt.wantLines)
-			}
-		})
-	}
+	}})
 }
 
 // checkLines compares output lines by their whitespace-separated fields;
@@ -927,5 +899,42 @@ func TestApplyRefusesUnknownFields(t *testing.T) {
 			t.Errorf("%s with an unknown field: err=%v %s", step, err, errOut)
 		}
 		knbox(t, env, ksvc("strict", "", "World", ""), "apply", "-f", "-")
+	}
+}
+
+// commandCase is a command run against a server, with what it must print
+// or fail with.
+type commandCase struct {
+	name       string
+	args       []string
+	wantOut    string   // exact stdout, if not ""
+	wantLines  []string // each a line of stdout, in order, as fields
+	wantStderr string
+	wantErr    string
+}
+
+// runCommandCases runs each case in parallel with the connection flags kc.
+func runCommandCases(t *testing.T, kc []string, tests []commandCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, errOut, err := run(t, nil, "", append(tt.args, kc...)...)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
+				t.Errorf("error %v, want %s", err, tt.wantErr)
+			}
+			if errOut != tt.wantStderr {
+				t.Errorf("stderr %q, want %q", errOut, tt.wantStderr)
+			}
+			if tt.wantOut != "" && out != tt.wantOut {
+				t.Errorf("stdout:\n%q\nwant:\n%q", out, tt.wantOut)
+			}
+			if tt.wantOut == "" {
+				checkLines(t, out, tt.wantLines)
+			}
+		})
 	}
 }

@@ -35,14 +35,7 @@ func TestGetFlags(t *testing.T) {
 	if err := os.WriteFile(cols, []byte("NAME NUM\n.metadata.name {.data.num}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name       string
-		args       []string
-		wantOut    string
-		wantLines  []string
-		wantStderr string
-		wantErr    string
-	}{{
+	runCommandCases(t, kc, []commandCase{{
 		// (The Services' status columns are empty: no controller runs here.)
 		name:      "show labels",
 		args:      []string{"get", "cm", "settings", "--show-labels"},
@@ -103,33 +96,12 @@ func TestGetFlags(t *testing.T) {
 	}, {
 		name:    "a bad sort expression",
 		args:    []string{"get", "cm", "--sort-by", "{.a"},
-		wantErr: `--sort-by: unexpected path string "{.a", expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or '{.name1.name2}'`,
+		wantErr: `--sort-by: "{.a" is not a field path: write it as a.b, .a.b, {a.b} or {.a.b}`,
 	}, {
 		name:    "values of different types",
 		args:    []string{"get", "ksvc,cm", "-o", "name", "--sort-by", "{.metadata.generation}"},
 		wantOut: "configmap/c1\nconfigmap/c2\nconfigmap/c3\nconfigmap/settings\nservice.serving.knative.dev/hello\n",
-	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			out, errOut, err := run(t, nil, "", append(tt.args, kc...)...)
-			if tt.wantErr == "" && err != nil {
-				t.Fatalf("error: %v", err)
-			}
-			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
-				t.Errorf("error %v, want %s", err, tt.wantErr)
-			}
-			if errOut != tt.wantStderr {
-				t.Errorf("stderr %q, want %q", errOut, tt.wantStderr)
-			}
-			if tt.wantOut != "" && out != tt.wantOut {
-				t.Errorf("stdout:\n%q\nwant:\n%q", out, tt.wantOut)
-			}
-			if tt.wantOut == "" {
-				checkLines(t, out, tt.wantLines)
-			}
-		})
-	}
+	}})
 }
 
 // TestGetWatchTable: -w prints the server's table, then a row per change

@@ -146,7 +146,7 @@ func relaxedJSONPath(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	m := relaxedRE.FindStringSubmatch(s)
 	if m == nil || s == "" || (strings.HasPrefix(s, "{") != strings.HasSuffix(s, "}")) {
-		return "", fmt.Errorf("unexpected path string %q, expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or '{.name1.name2}'", s)
+		return "", fmt.Errorf("%q is not a field path: write it as a.b, .a.b, {a.b} or {.a.b}", s)
 	}
 	p := m[1]
 	if !strings.HasPrefix(p, ".") {
