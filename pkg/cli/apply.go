@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/cli-runtime/pkg/resource"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	kubectlutil "k8s.io/kubectl/pkg/util"
 )
@@ -74,7 +74,7 @@ document and the field.`,
 	fl.StringArrayVarP(&o.files, "filename", "f", nil, "manifest file, directory or - (stdin); repeatable")
 	fl.BoolVarP(&o.recursive, "recursive", "R", false, "also read the manifests in the subdirectories of a directory given with -f")
 	fl.StringVar(&o.fieldManager, "field-manager", o.fieldManager, "name of the manager the server records for the fields apply writes")
-	cmd.RunE = s.run(func(_ *cobra.Command, _ []string, streams genericiooptions.IOStreams) error {
+	cmd.RunE = s.run(func(cmd *cobra.Command, _ []string, streams genericiooptions.IOStreams) error {
 		if len(o.files) == 0 {
 			return errors.New("give the manifests to apply with -f FILE|DIR|-")
 		}
@@ -82,7 +82,7 @@ document and the field.`,
 		if err != nil {
 			return err
 		}
-		return s.apply(streams, docs, o)
+		return s.apply(orBackground(cmd.Context()), streams, docs, o)
 	})
 	return cmd
 }
@@ -90,7 +90,7 @@ document and the field.`,
 // apply applies the documents in order, going on after a failure, and
 // prints a line per object applied (and a note per document skipped). The
 // error joins every document's failure, each naming its document.
-func (s *session) apply(streams genericiooptions.IOStreams, docs []Document, o applyOptions) error {
+func (s *session) apply(ctx context.Context, streams genericiooptions.IOStreams, docs []Document, o applyOptions) error {
 	var errs []error
 	objects := 0
 	for _, d := range docs {
@@ -103,11 +103,7 @@ func (s *session) apply(streams genericiooptions.IOStreams, docs []Document, o a
 			continue
 		}
 		objects++
-		info, err := s.info(d)
-		if err == nil {
-			err = applyInfo(info, o.fieldManager, streams.Out)
-		}
-		if err != nil {
+		if err := s.applyObject(ctx, d, o.fieldManager, streams.Out); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", d.Where(), s.explain(err)))
 		}
 	}
@@ -117,69 +113,33 @@ func (s *session) apply(streams genericiooptions.IOStreams, docs []Document, o a
 	return errors.Join(errs...)
 }
 
-// info maps a document to its resource on the server, with the namespace
-// the command means: the document's, else -n's or the context's; a
-// document in another namespace than the one -n names is an error.
-func (s *session) info(d Document) (*resource.Info, error) {
-	obj := d.Object.DeepCopy()
-	gvk := obj.GroupVersionKind()
-	mapper, err := s.conn.ToRESTMapper()
-	if err != nil {
-		return nil, err
-	}
-	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		return nil, fmt.Errorf("no matches for kind %q in version %q%s", gvk.Kind, gvk.GroupVersion(), s.kindHint(gvk))
-	}
-	if err != nil {
-		return nil, err
-	}
-	if obj.GetName() == "" {
-		return nil, errors.New("metadata.name: Required value (apply needs a name)")
-	}
-	ns, explicit, err := s.conn.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		return nil, err
-	}
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		switch own := obj.GetNamespace(); {
-		case own == "":
-			obj.SetNamespace(ns)
-		case explicit && own != ns:
-			return nil, fmt.Errorf("the namespace of the object (%q) does not match the namespace given (%q): leave out -n or pass -n %s", own, ns, own)
-		}
-	} else {
-		obj.SetNamespace("")
-	}
-	client, err := s.factory.UnstructuredClientForMapping(mapping)
-	if err != nil {
-		return nil, err
-	}
-	return &resource.Info{
-		Client: client, Mapping: mapping, Source: d.Where(),
-		Namespace: obj.GetNamespace(), Name: obj.GetName(), Object: obj,
-	}, nil
-}
-
-// applyInfo creates the object if it is absent and otherwise patches it
+// applyObject creates the object if it is absent and otherwise patches it
 // as kubectl's client-side apply does, then prints what it did.
-func applyInfo(info *resource.Info, fieldManager string, out io.Writer) error {
-	// Strict, as kubectl's default --validate=strict: an unknown field is
-	// refused, not dropped with a warning (the server's default).
-	helper := resource.NewHelper(info.Client, info.Mapping).WithFieldManager(fieldManager).WithFieldValidation(metav1.FieldValidationStrict)
-	modified, err := kubectlutil.GetModifiedConfiguration(info.Object, true, unstructured.UnstructuredJSONScheme)
+func (s *session) applyObject(ctx context.Context, d Document, fieldManager string, out io.Writer) error {
+	obj, mapping, err := s.objectFor(d, "apply")
 	if err != nil {
 		return err
 	}
+	ri, err := s.resource(mapping, obj.GetNamespace())
+	if err != nil {
+		return err
+	}
+	modified, err := kubectlutil.GetModifiedConfiguration(obj, true, unstructured.UnstructuredJSONScheme)
+	if err != nil {
+		return err
+	}
+	// Strict, as kubectl's default --validate=strict: an unknown field is
+	// refused, not dropped with a warning (the server's default).
+	const strict = metav1.FieldValidationStrict
 	action := ""
 	for attempt := 0; action == ""; attempt++ {
-		live, err := helper.Get(info.Namespace, info.Name)
+		live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			if err := kubectlutil.CreateApplyAnnotation(info.Object, unstructured.UnstructuredJSONScheme); err != nil {
+			if err := kubectlutil.CreateApplyAnnotation(obj, unstructured.UnstructuredJSONScheme); err != nil {
 				return err
 			}
-			_, err = helper.Create(info.Namespace, true, info.Object)
+			_, err = ri.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager, FieldValidation: strict})
 			if apierrors.IsAlreadyExists(err) && attempt == 0 {
 				continue // created meanwhile: patch it instead
 			}
@@ -190,12 +150,12 @@ func applyInfo(info *resource.Info, fieldManager string, out io.Writer) error {
 		case err != nil:
 			return err
 		default:
-			if action, err = patch(helper, info, live, modified); err != nil {
+			if action, err = patch(ctx, ri, mapping.GroupVersionKind, live, modified, fieldManager); err != nil {
 				return err
 			}
 		}
 	}
-	return (&printers.NamePrinter{Operation: action}).PrintObj(info.Object, out)
+	return (&printers.NamePrinter{Operation: action}).PrintObj(obj, out)
 }
 
 // patch sends the three-way merge of the last applied configuration
@@ -206,7 +166,7 @@ func applyInfo(info *resource.Info, fieldManager string, out io.Writer) error {
 // (Knative's, as custom resources on a cluster) a JSON merge patch:
 // kubectl's choice. A patch that changes nothing on the server counts as
 // unchanged (kubectl would say configured).
-func patch(helper *resource.Helper, info *resource.Info, live runtime.Object, modified []byte) (string, error) {
+func patch(ctx context.Context, ri dynamic.ResourceInterface, gvk schema.GroupVersionKind, live *unstructured.Unstructured, modified []byte, fieldManager string) (string, error) {
 	current, err := runtime.Encode(unstructured.UnstructuredJSONScheme, live)
 	if err != nil {
 		return "", err
@@ -215,14 +175,14 @@ func patch(helper *resource.Helper, info *resource.Info, live runtime.Object, mo
 	if err != nil {
 		return "", err
 	}
-	body, pt, err := threeWayPatch(info.Mapping.GroupVersionKind, original, modified, current)
+	body, pt, err := threeWayPatch(gvk, original, modified, current)
 	if err != nil {
 		return "", err
 	}
 	if string(body) == "{}" {
 		return unchanged, nil
 	}
-	out, err := helper.Patch(info.Namespace, info.Name, pt, body, nil)
+	out, err := ri.Patch(ctx, live.GetName(), pt, body, metav1.PatchOptions{FieldManager: fieldManager, FieldValidation: metav1.FieldValidationStrict})
 	if err != nil {
 		return "", err
 	}

@@ -385,14 +385,7 @@ func TestGetCommand(t *testing.T) {
 	t.Parallel()
 	env := getEnv(t)
 	kc := []string{"--kubeconfig", env.Kubeconfig}
-	tests := []struct {
-		name       string
-		args       []string
-		wantOut    string   // exact stdout, if not ""
-		wantLines  []string // each a line of stdout, in order, as fields
-		wantStderr string
-		wantErr    string
-	}{{
+	runCommandCases(t, kc, []commandCase{{
 		name:      "table",
 		args:      []string{"get", "ksvc"},
 		wantLines: []string{"NAME URL LATESTCREATED LATESTREADY READY REASON AGE", "hello *"},
@@ -490,35 +483,14 @@ func TestGetCommand(t *testing.T) {
 		args:    []string{"get", "ksvc", "-o", "jsonpath={.items[*"},
 		wantErr: `error parsing jsonpath {.items[*, unterminated array`,
 	}, {
-		name:    "a sort field kubectl cannot sort by",
+		name:    "a sort field that cannot sort",
 		args:    []string{"get", "cm", "-o", "name", "--sort-by", ".metadata"},
-		wantErr: `Field {.metadata} in *unstructured.Unstructured is an unsortable type: interface, err: unsortable type: map[string]interface {}`,
+		wantErr: `cannot sort by .metadata: its value is an object, which does not sort; give an expression whose values are strings, numbers or times`,
 	}, {
 		name:    "bad selector",
 		args:    []string{"get", "ksvc", "-l", "a b"},
-		wantErr: `Unable to find "serving.knative.dev/v1, Resource=services" that match label selector "a b", field selector "": unable to parse requirement: unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt`,
-	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			out, errOut, err := run(t, nil, "", append(tt.args, kc...)...)
-			if tt.wantErr == "" && err != nil {
-				t.Fatalf("error: %v", err)
-			}
-			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
-				t.Errorf("error %v, want %s", err, tt.wantErr)
-			}
-			if errOut != tt.wantStderr {
-				t.Errorf("stderr %q, want %q", errOut, tt.wantStderr)
-			}
-			if tt.wantOut != "" && out != tt.wantOut {
-				t.Errorf("stdout:\n%s\nwant:\n%s", out, tt.wantOut)
-			}
-			if tt.wantOut == "" {
-				checkLines(t, out, tt.wantLines)
-			}
-		})
-	}
+		wantErr: `-l "a b": unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt`,
+	}})
 }
 
 // checkLines compares output lines by their whitespace-separated fields;
@@ -710,11 +682,13 @@ spec:
 		args []string
 		want []string
 	}{
-		{[]string{"describe", "ksvc", "hello"}, []string{"Name: hello", "Kind: Service", "Image: ghcr.io/knative/helloworld-go:latest",
-			"Conditions: Last Transition Time:", "Message: Configuration \"hello\" does not have any ready Revision. Reason: RevisionMissing Status: False Type: Ready"}},
-		{[]string{"describe", "route/hello"}, []string{"Kind: Route", "Configuration Name: hello", "Reason: ConfigurationMissing Status: Unknown Type: AllTrafficAssigned"}},
+		{[]string{"describe", "ksvc", "hello"}, []string{"Name: hello Namespace: default Kind: Service API Version: serving.knative.dev/v1 Labels: app=hello",
+			"Spec: template:", "image: ghcr.io/knative/helloworld-go:latest", "Status: observedGeneration: 1 Conditions:",
+			"TYPE STATUS REASON MESSAGE AGE Ready False RevisionMissing Configuration \"hello\" does not have any ready Revision.", "Events: <none>"}},
+		{[]string{"describe", "route/hello"}, []string{"Kind: Route", "- configurationName: hello", "AllTrafficAssigned Unknown ConfigurationMissing -"}},
 		{[]string{"describe", "ksvc", "-l", "app=hello"}, []string{"Name: hello"}},
-		{[]string{"describe", "cm", "settings"}, []string{"Name: settings", "num: ---- 0"}},
+		{[]string{"describe", "ksvc", "hel"}, []string{"Name: hello"}}, // a name prefix
+		{[]string{"describe", "cm", "settings"}, []string{"Name: settings", "Data: num: \"0\""}},
 	} {
 		out := knbox(t, env, "", tt.args...)
 		fields := strings.Join(strings.Fields(out), " ") // columns vary in width
@@ -799,13 +773,13 @@ func TestDeleteCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err := run(t, nil, "", "delete", "-f", p, "--kubeconfig", env.Kubeconfig)
-	if out != "configmap \"settings\" deleted\n" || err == nil || err.Error() != `error when deleting "`+p+`": configmaps "gone" not found` {
+	if out != "configmap \"settings\" deleted\n" || err == nil || err.Error() != p+`: document 2 (line 8): configmaps "gone" not found` {
 		t.Errorf("delete -f: %q %v", out, err)
 	}
 	if out := knbox(t, env, "", "delete", "cm", "-l", "nothing=here"); out != "No resources found\n" {
 		t.Errorf("delete -l of nothing: %q", out)
 	}
-	if _, _, err := run(t, nil, "", "delete", "ksvc", "--kubeconfig", env.Kubeconfig); err == nil || !strings.Contains(err.Error(), "resource(s) were provided, but no name was specified") {
+	if _, _, err := run(t, nil, "", "delete", "ksvc", "--kubeconfig", env.Kubeconfig); err == nil || !strings.Contains(err.Error(), "name the objects to delete: ") {
 		t.Errorf("delete without a name: %v", err)
 	}
 }
@@ -925,5 +899,42 @@ func TestApplyRefusesUnknownFields(t *testing.T) {
 			t.Errorf("%s with an unknown field: err=%v %s", step, err, errOut)
 		}
 		knbox(t, env, ksvc("strict", "", "World", ""), "apply", "-f", "-")
+	}
+}
+
+// commandCase is a command run against a server, with what it must print
+// or fail with.
+type commandCase struct {
+	name       string
+	args       []string
+	wantOut    string   // exact stdout, if not ""
+	wantLines  []string // each a line of stdout, in order, as fields
+	wantStderr string
+	wantErr    string
+}
+
+// runCommandCases runs each case in parallel with the connection flags kc.
+func runCommandCases(t *testing.T, kc []string, tests []commandCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, errOut, err := run(t, nil, "", append(tt.args, kc...)...)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
+				t.Errorf("error %v, want %s", err, tt.wantErr)
+			}
+			if errOut != tt.wantStderr {
+				t.Errorf("stderr %q, want %q", errOut, tt.wantStderr)
+			}
+			if tt.wantOut != "" && out != tt.wantOut {
+				t.Errorf("stdout:\n%q\nwant:\n%q", out, tt.wantOut)
+			}
+			if tt.wantOut == "" {
+				checkLines(t, out, tt.wantLines)
+			}
+		})
 	}
 }

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,10 +13,10 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 
-	_ "github.com/knbox/knbox/pkg/cli/catalog" // before kubectl's command packages initialise
 	"github.com/knbox/knbox/pkg/version"
 )
 
@@ -26,10 +24,11 @@ import (
 // returns new commands that share one set of connection flags (kubectl's,
 // plus --data-dir).
 //
-// A new command is a function of the session (see kubectlCommand and
+// A new command is a function of the session (see getCommand and
 // logsCommand) added here; it reaches the server through s.conn (the
-// RESTClientGetter) or s.factory (kubectl's Factory over it), and returns
-// its errors through s.run, which words them for users.
+// connection: REST configuration, discovery, REST mapper) or the
+// session's clients over it, and returns its errors through s.run, which
+// words them for users.
 func Commands() []*cobra.Command {
 	s := newSession()
 	cmds := []*cobra.Command{
@@ -51,77 +50,37 @@ func Commands() []*cobra.Command {
 	return cmds
 }
 
-var (
-	quiet    sync.Once
-	klogLast = &lastMessage{}
-)
+var quiet sync.Once
 
 // quietLogs stops klog's output: client-go logs through it what it also
 // returns as errors, which the commands word for users, so klog's copy
-// would only repeat them. kubectl's libraries also end the process with
-// klog.Exitf on some bad input (a --sort-by field whose values cannot be
-// sorted); klog.OsExit becomes a panic that s.run turns into an error
-// with klog's message. klog is global and must be set before other
+// would only repeat them. klog is global and must be set before other
 // goroutines log: the commands call this first thing (in cobra's
 // PersistentPreRun, so knbox serve keeps its klog output).
 func quietLogs() {
-	quiet.Do(func() {
-		klog.SetLogger(logr.New(klogLast))
-		klog.OsExit = func(code int) { panic(klogExit{code}) }
-	})
+	quiet.Do(func() { klog.SetLogger(logr.Discard()) })
 }
 
-// klogExit is the panic of klog.OsExit in the client commands.
-type klogExit struct{ code int }
-
-// lastMessage is a logr.LogSink that drops everything but keeps the last
-// message of level 0 (klog's warnings and its Exitf/Fatalf messages).
-type lastMessage struct {
-	mu  sync.Mutex
-	msg string
-}
-
-func (l *lastMessage) Init(logr.RuntimeInfo)                  {}
-func (l *lastMessage) Enabled(level int) bool                 { return level == 0 }
-func (l *lastMessage) Error(error, string, ...interface{})    {}
-func (l *lastMessage) WithValues(...interface{}) logr.LogSink { return l }
-func (l *lastMessage) WithName(string) logr.LogSink           { return l }
-func (l *lastMessage) Info(_ int, msg string, _ ...interface{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.msg = msg
-}
-
-func (l *lastMessage) last() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.msg)
-}
-
-// panicError turns a panic in kubectl's libraries into an error: users
-// get a message, never a Go stack.
+// panicError turns a panic in a command into an error: users get a
+// message, never a Go stack.
 func panicError(r interface{}) error {
-	switch x := r.(type) {
-	case klogExit:
-		if msg := klogLast.last(); msg != "" {
-			return errors.New(msg)
-		}
-		return fmt.Errorf("the command failed (exit status %d)", x.code)
-	case error:
-		return x
+	if err, ok := r.(error); ok {
+		return fmt.Errorf("the command failed: %w", err)
 	}
-	return fmt.Errorf("%v", r)
+	return fmt.Errorf("the command failed: %v", r)
 }
 
 // session is what the commands of one Commands call share.
 type session struct {
-	conn    *connection
-	factory cmdutil.Factory
+	conn *connection
+
+	mu  sync.Mutex
+	dyn dynamic.Interface // see dynamicClient
+	raw rest.Interface    // see restClient
 }
 
 func newSession() *session {
-	c := newConnection()
-	return &session{conn: c, factory: cmdutil.NewFactory(c)}
+	return &session{conn: newConnection()}
 }
 
 // addFlags gives cmd (and its subcommands) the connection flags; namespaced
@@ -132,8 +91,7 @@ func (s *session) addFlags(cmd *cobra.Command, namespaced bool) {
 
 // run adapts fn to cobra: it hands fn the command's streams, sends the
 // server's warnings to stderr, ends the command's requests with its
-// context, and words fn's error (or a panic of kubectl's libraries, see
-// quietLogs) for users (see s.explain).
+// context, and words fn's error (or a panic) for users (see s.explain).
 func (s *session) run(fn func(cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) (err error) {
 		defer func() {

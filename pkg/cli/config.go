@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
@@ -70,8 +69,8 @@ func (o Options) DataDirPath() string { return DataDirPath(o.DataDir) }
 func (o Options) Load() (*rest.Config, string, error) {
 	c := newConnection()
 	c.dataDir = o.DataDir
-	*c.flags.KubeConfig = o.Kubeconfig
-	*c.flags.Namespace = o.Namespace
+	c.flags.kubeconfig = o.Kubeconfig
+	c.flags.namespace = o.Namespace
 	rc, err := c.ToRESTConfig()
 	if err != nil {
 		return nil, "", err
@@ -93,9 +92,14 @@ const dataDirUsage = "the knbox server's data directory, whose kubeconfig is use
 // connection is how the client commands reach the server: kubectl's
 // connection flags (clientcmd's rules: --kubeconfig, --context, --cluster,
 // --user, --token, --server, -n, exec plugins in the kubeconfig, ...)
-// plus --data-dir. It is a genericclioptions.RESTClientGetter, so
-// cli-runtime's builder and kubectl's command libraries use it as they use
-// kubectl's own flags.
+// plus --data-dir. It offers what the commands need of it: the kubeconfig
+// loader, the REST configuration, discovery and a REST mapper.
+//
+// The flags are knbox's own over clientcmd, not cli-runtime's ConfigFlags:
+// that package (genericclioptions) imports cli-runtime's resource builder
+// and with it kustomize and starlark, whose packages initialise and stay
+// resident in every knbox process, `knbox serve` included. The flags keep
+// ConfigFlags's names, meanings and defaults.
 //
 // Two choices differ from kubectl, both because the usual server is the
 // local knbox:
@@ -105,39 +109,58 @@ const dataDirUsage = "the knbox server's data directory, whose kubeconfig is use
 //   - discovery is cached in memory for one command, not on disk for six
 //     hours: it is one local request, and a stale disk cache would hide the
 //     kinds a newer knbox serves.
+//
+// Flags for what knbox does not do are left out: no disk cache (see
+// above), no impersonation, no basic auth.
 type connection struct {
-	flags   *genericclioptions.ConfigFlags
+	flags   connFlags
 	dataDir string
 	// warnings receives the server's warnings and ctx ends every request
-	// (both set when a command runs: kubectl's command libraries take no
-	// context).
+	// (both set when a command runs).
 	warnings io.Writer
 	ctx      context.Context
 
 	once sync.Once
 	err  error // the kubeconfig cannot be found
 
+	lmu    sync.Mutex // guards loader (discovery, under mu, needs it)
+	loader clientcmd.ClientConfig
+
 	mu     sync.Mutex
 	disc   discovery.CachedDiscoveryInterface
 	mapper meta.RESTMapper
 }
 
+// connFlags are the connection flags' values ("" or false: not given).
+type connFlags struct {
+	kubeconfig     string
+	context        string
+	cluster        string
+	user           string
+	namespace      string
+	server         string
+	tlsServerName  string
+	insecure       bool
+	certFile       string
+	keyFile        string
+	caFile         string
+	token          string
+	requestTimeout string
+	noCompression  bool
+}
+
 func newConnection() *connection {
-	f := genericclioptions.NewConfigFlags(true)
-	// Flags for what knbox does not do: no disk cache (see above), no
-	// impersonation, no basic auth.
-	f.CacheDir = nil
-	f.Impersonate, f.ImpersonateUID, f.ImpersonateGroup = nil, nil, nil
-	f.Username, f.Password = nil, nil
-	c := &connection{flags: f, warnings: io.Discard, ctx: context.Background()}
-	f.WrapConfigFn = func(rc *rest.Config) *rest.Config {
-		rc.UserAgent = "knbox/" + version.Version
-		// As kubectl prints them (Knative warns about insecure defaults).
-		rc.WarningHandler = rest.NewWarningWriter(c.warnings, rest.WarningWriterOptions{Deduplicate: true})
-		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &boundTransport{ctx: c.ctx, next: rt} })
-		return rc
-	}
-	return c
+	return &connection{warnings: io.Discard, ctx: context.Background(), flags: connFlags{requestTimeout: "0"}}
+}
+
+// wrap sets what every request of the commands shares: the user agent,
+// the server's warnings to stderr, and the command's context.
+func (c *connection) wrap(rc *rest.Config) *rest.Config {
+	rc.UserAgent = "knbox/" + version.Version
+	// As kubectl prints them (Knative warns about insecure defaults).
+	rc.WarningHandler = rest.NewWarningWriter(c.warnings, rest.WarningWriterOptions{Deduplicate: true})
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &boundTransport{ctx: c.ctx, next: rt} })
+	return rc
 }
 
 // boundTransport ends its requests, and the reading of their bodies
@@ -176,23 +199,31 @@ func (b *boundBody) Close() error {
 // addFlags adds the connection flags; namespaced says whether the command
 // takes -n.
 func (c *connection) addFlags(fs *pflag.FlagSet, namespaced bool) {
-	ns := c.flags.Namespace
-	if !namespaced {
-		c.flags.Namespace = nil
+	f := &c.flags
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig to use (default: $KUBECONFIG if set, else <data-dir>/kubeconfig)")
+	fs.StringVar(&f.context, "context", "", "the name of the kubeconfig context to use")
+	fs.StringVar(&f.cluster, "cluster", "", "the name of the kubeconfig cluster to use")
+	fs.StringVar(&f.user, "user", "", "the name of the kubeconfig user to use")
+	if namespaced {
+		fs.StringVarP(&f.namespace, "namespace", "n", "", "the namespace of the request (default: the context's, else default)")
 	}
-	c.flags.AddFlags(fs)
-	c.flags.Namespace = ns
+	fs.StringVarP(&f.server, "server", "s", "", "the address and port of the API server")
+	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "server name to check the server's certificate against (default: the server's host name)")
+	fs.BoolVar(&f.insecure, "insecure-skip-tls-verify", false, "do not check the server's certificate (insecure)")
+	fs.StringVar(&f.certFile, "client-certificate", "", "path to a client certificate file for TLS")
+	fs.StringVar(&f.keyFile, "client-key", "", "path to a client key file for TLS")
+	fs.StringVar(&f.caFile, "certificate-authority", "", "path to a certificate file of the certificate authority")
+	fs.StringVar(&f.token, "token", "", "bearer token for authentication to the API server")
+	fs.StringVar(&f.requestTimeout, "request-timeout", f.requestTimeout, "how long to wait for a single request (e.g. 1s, 2m); 0 waits forever")
+	fs.BoolVar(&f.noCompression, "disable-compression", false, "ask the server not to compress its responses")
 	fs.StringVar(&c.dataDir, "data-dir", "", dataDirUsage)
-	if fl := fs.Lookup("kubeconfig"); fl != nil {
-		fl.Usage = "kubeconfig to use (default: $KUBECONFIG if set, else <data-dir>/kubeconfig)"
-	}
 }
 
 // prepare points the loader at the data dir's kubeconfig when no other is
 // named; it runs once, after the flags are parsed.
 func (c *connection) prepare() {
 	c.once.Do(func() {
-		if *c.flags.KubeConfig != "" || os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
+		if c.flags.kubeconfig != "" || os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
 			return
 		}
 		dir := DataDirPath(c.dataDir)
@@ -200,29 +231,61 @@ func (c *connection) prepare() {
 		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 			c.err = noKubeconfig(dir)
 		}
-		*c.flags.KubeConfig = p
+		c.flags.kubeconfig = p
 	})
 }
 
-// ToRawKubeConfigLoader implements genericclioptions.RESTClientGetter.
+// ToRawKubeConfigLoader returns the kubeconfig loader with the flags as
+// overrides (built once, after the flags are parsed).
 func (c *connection) ToRawKubeConfigLoader() clientcmd.ClientConfig {
 	c.prepare()
 	if c.err != nil {
 		return failedConfig{c.err}
 	}
-	return c.flags.ToRawKubeConfigLoader()
-}
-
-// ToRESTConfig implements genericclioptions.RESTClientGetter.
-func (c *connection) ToRESTConfig() (*rest.Config, error) {
-	c.prepare()
-	if c.err != nil {
-		return nil, c.err
+	c.lmu.Lock()
+	defer c.lmu.Unlock()
+	if c.loader != nil {
+		return c.loader
 	}
-	return c.flags.ToRESTConfig()
+	f := c.flags
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.DefaultClientConfig = &clientcmd.DefaultClientConfig
+	rules.ExplicitPath = f.kubeconfig
+	o := &clientcmd.ConfigOverrides{ClusterDefaults: clientcmd.ClusterDefaults, Timeout: f.requestTimeout, CurrentContext: f.context}
+	o.AuthInfo.ClientCertificate = f.certFile
+	o.AuthInfo.ClientKey = f.keyFile
+	o.AuthInfo.Token = f.token
+	o.ClusterInfo.Server = f.server
+	o.ClusterInfo.TLSServerName = f.tlsServerName
+	o.ClusterInfo.CertificateAuthority = f.caFile
+	o.ClusterInfo.InsecureSkipTLSVerify = f.insecure
+	o.ClusterInfo.DisableCompression = f.noCompression
+	o.Context.Cluster = f.cluster
+	o.Context.AuthInfo = f.user
+	o.Context.Namespace = f.namespace
+	c.loader = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, o)
+	return c.loader
 }
 
-// ToDiscoveryClient implements genericclioptions.RESTClientGetter.
+// ToRESTConfig returns the configuration of the commands' requests.
+func (c *connection) ToRESTConfig() (*rest.Config, error) {
+	rc, err := c.ToRawKubeConfigLoader().ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("the kubeconfig names no server: give --kubeconfig, --server or --context, or start the server with `knbox serve`")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.wrap(rc), nil
+}
+
+// namespace returns the namespace the command means and whether -n (or
+// the context) named it explicitly.
+func (c *connection) namespace() (string, bool, error) {
+	return c.ToRawKubeConfigLoader().Namespace()
+}
+
+// ToDiscoveryClient returns discovery, cached in memory for the command.
 func (c *connection) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -246,8 +309,8 @@ func (c *connection) discovery() (discovery.CachedDiscoveryInterface, error) {
 	return c.disc, nil
 }
 
-// ToRESTMapper implements genericclioptions.RESTClientGetter: discovery's
-// resources with their short names and categories, as kubectl maps them.
+// ToRESTMapper maps resource types and kinds: discovery's resources with
+// their short names, as kubectl maps them.
 func (c *connection) ToRESTMapper() (meta.RESTMapper, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -263,8 +326,6 @@ func (c *connection) ToRESTMapper() (meta.RESTMapper, error) {
 	})
 	return c.mapper, nil
 }
-
-var _ genericclioptions.RESTClientGetter = (*connection)(nil)
 
 // failedConfig is a clientcmd.ClientConfig that fails every call with err.
 type failedConfig struct{ err error }

@@ -44,7 +44,7 @@ func (s *session) explain(err error) error {
 	return errors.Join(out...)
 }
 
-// unknownResourceType reads the name out of cli-runtime's error for a
+// unknownResourceType reads the name out of mappingFor's error for a
 // resource type that discovery does not know.
 func unknownResourceType(err error) (string, bool) {
 	const prefix = "the server doesn't have a resource type "

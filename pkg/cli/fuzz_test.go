@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-	cmdwait "k8s.io/kubectl/pkg/cmd/wait"
 	kubectlutil "k8s.io/kubectl/pkg/util"
 
 	"github.com/knbox/knbox/pkg/apiserver/apiservertest"
@@ -158,11 +156,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 			t.Fatalf("suggest(%q) = %q, not a known name", s, hint)
 		}
 		// wait parses --for before it reaches the server.
-		c := newConnection()
-		*c.flags.KubeConfig = kc
-		flags := cmdwait.NewWaitFlags(c, genericiooptions.NewTestIOStreamsDiscard())
-		flags.ForCondition = s
-		_, _ = flags.ToOptions([]string{"ksvc/hello"})
+		_, _, _ = run(t, nil, "", "wait", "ksvc/hello", "--for", s, "--timeout=0", "--kubeconfig", kc)
 	})
 }
 
@@ -186,8 +180,8 @@ func FuzzKubeconfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		c := newConnection()
-		*c.flags.KubeConfig = p
-		*c.flags.Context = context
+		c.flags.kubeconfig = p
+		c.flags.context = context
 		_, _, _ = c.ToRawKubeConfigLoader().Namespace()
 		if rc, err := c.ToRESTConfig(); err == nil && rc == nil {
 			t.Fatal("no configuration and no error")
@@ -224,6 +218,105 @@ func FuzzDeployFlags(f *testing.F) {
 					t.Fatalf("tags %q %q: %v", a, b, tags)
 				}
 			}
+		}
+	})
+}
+
+// FuzzWaitFor: wait's --for parser refuses or accepts whatever it is
+// given, and what it accepts is one well-formed condition.
+func FuzzWaitFor(f *testing.F) {
+	for _, s := range []string{
+		"delete", "DELETE", "condition=Ready", "condition=Ready=False", "condition==", "condition=a=b=c",
+		"jsonpath={.status.url}=http://a", "jsonpath='{.status.conditions[0].status}'=True", "jsonpath=.a.b",
+		`jsonpath={.a[?(@.x=="}")].b}=1`, "jsonpath={{}}", "jsonpath='", "jsonpath={.a}=", "jsonpath=[(=", "ready", "",
+	} {
+		f.Add(s)
+	}
+	obj := &unstructured.Unstructured{Object: map[string]interface{}{
+		"metadata": map[string]interface{}{"name": "a", "generation": int64(2)},
+		"status": map[string]interface{}{"observedGeneration": int64(2), "url": "http://a",
+			"conditions": []interface{}{map[string]interface{}{"type": "Ready", "status": "True"}, "junk"}},
+	}}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := parseFor(s)
+		if err != nil {
+			if w != (waitFor{}) {
+				t.Fatalf("parseFor(%q) failed with a condition: %+v", s, w)
+			}
+			return
+		}
+		kinds := 0
+		if w.deleted {
+			kinds++
+		}
+		if w.condition != "" {
+			kinds++
+			if w.value == "" {
+				t.Fatalf("parseFor(%q): a condition without a value", s)
+			}
+		}
+		if w.path != nil {
+			kinds++
+			if !strings.HasPrefix(w.expr, "{") || !strings.HasSuffix(w.expr, "}") || (w.hasValue && w.value == "") {
+				t.Fatalf("parseFor(%q) = %+v", s, w)
+			}
+		}
+		if kinds != 1 {
+			t.Fatalf("parseFor(%q) = %+v: %d kinds of condition", s, w, kinds)
+		}
+		_, _ = w.met(obj)
+	})
+}
+
+// FuzzSortBy: --sort-by either sorts, giving a permutation of the
+// objects that is ordered by the values, or fails with an error.
+func FuzzSortBy(f *testing.F) {
+	for _, s := range []string{".metadata.name", "{.data.num}", ".metadata", "{.a", "{.items[*]}", "{range .x}{end}", "{.spec.n}", "{.status.t}", "", "{$}", "{@}"} {
+		f.Add(s, "b", int64(3))
+	}
+	f.Fuzz(func(t *testing.T, expr, name string, n int64) {
+		objs := []map[string]interface{}{
+			{"metadata": map[string]interface{}{"name": name}, "data": map[string]interface{}{"num": "2"}, "spec": map[string]interface{}{"n": n}, "status": map[string]interface{}{"t": "2026-11-28T10:00:00Z"}},
+			{"metadata": map[string]interface{}{"name": "a"}, "spec": map[string]interface{}{"n": int64(1)}},
+			{"metadata": map[string]interface{}{"name": "c"}, "data": map[string]interface{}{"num": "10"}, "spec": map[string]interface{}{"n": 1.5}, "status": map[string]interface{}{"t": name}},
+		}
+		order, err := sortObjects(expr, objs)
+		if err != nil {
+			return
+		}
+		seen := map[int]bool{}
+		for _, i := range order {
+			if i < 0 || i >= len(objs) || seen[i] {
+				t.Fatalf("sortObjects(%q) = %v: not a permutation", expr, order)
+			}
+			seen[i] = true
+		}
+		if len(order) != len(objs) {
+			t.Fatalf("sortObjects(%q) = %v: not a permutation", expr, order)
+		}
+	})
+}
+
+// FuzzCustomColumns: -o custom-columns' spec is refused or prints a
+// header and a line per object.
+func FuzzCustomColumns(f *testing.F) {
+	for _, s := range []string{"NAME:.metadata.name,N:.data.num", "A:{.a},B:b.c", "NAME", ":", "A:.x[?(@.y==1)]", "A:{.a", "A:.items[*].b,B:{range .x}{end}"} {
+		f.Add(s)
+	}
+	obj := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]interface{}{"name": "a"}, "data": map[string]interface{}{"num": "1"},
+	}}
+	f.Fuzz(func(t *testing.T, spec string) {
+		cols, err := parseColumns(spec, false)
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		if err := (&columnsPrinter{columns: cols}).PrintObj(obj, &b); err != nil {
+			return
+		}
+		if n := strings.Count(b.String(), "\n"); n != 2 {
+			t.Fatalf("custom-columns=%s printed %d lines:\n%s", spec, n, b.String())
 		}
 	})
 }

@@ -76,6 +76,7 @@ func benchIdle(b *testing.B, separate bool) {
 	cfg := config.Default()
 	cfg.DataDir = b.TempDir()
 	cfg.APIAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Registry.Addr = "127.0.0.1:0" // not the default :5000, which another test or server may hold
 	cfg.InsecureRegistries = []string{reg}
 	cfg.DefaultRuntimeClass = "process"
 	yes := true

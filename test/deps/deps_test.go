@@ -56,6 +56,12 @@ var forbidden = map[string][]string{
 // depend on (even indirectly): the pod runtime runs a resolved spec and
 // knows neither Knative nor the API's clients.
 var forbiddenOutside = map[string][]string{
+	// Every package linked into the binary initialises, and keeps its
+	// pages resident, in knbox serve too: the CLI's commands are knbox's
+	// own, not kubectl's command libraries and cli-runtime's resource
+	// builder, which bring kustomize, starlark and gettext.
+	"cmd/knbox": {"k8s.io/kubectl/pkg/cmd/", "k8s.io/kubectl/pkg/util/i18n", "k8s.io/cli-runtime/pkg/resource",
+		"k8s.io/cli-runtime/pkg/genericclioptions", "sigs.k8s.io/kustomize/", "go.starlark.net/", "github.com/chai2010/gettext-go"},
 	"pkg/pod":  {"knative.dev/", "k8s.io/client-go/"},
 	"pkg/logs": {"knative.dev/", "k8s.io/"},
 	"pkg/dns":  {"knative.dev/", "k8s.io/"},

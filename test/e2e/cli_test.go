@@ -110,7 +110,7 @@ func TestKnboxCLI(t *testing.T) {
 	// describe with the conditions.
 	for _, obj := range []string{"ksvc/hello", "rev/" + rev, "route/hello"} {
 		out := must("", "describe", obj)
-		if f := strings.Join(strings.Fields(out), " "); !strings.Contains(f, "Conditions:") || !strings.Contains(f, "Status: True Type: Ready") {
+		if f := strings.Join(strings.Fields(out), " "); !strings.Contains(f, "Conditions: TYPE STATUS REASON MESSAGE AGE") || !strings.Contains(f, " Ready True ") {
 			t.Errorf("describe %s has no Ready condition:\n%s", obj, out)
 		}
 	}
