@@ -335,15 +335,37 @@ func (r *revision) prepareSpare(sp *spare) {
 			}
 		}
 	}
+	if !r.isSpare(sp) {
+		return // dropped (evicted, the revision changed or went) before its preparation began
+	}
 	r.m.trackSpare(sp.id, r)
 	if err := r.m.opts.Pods.Prepare(r.ctx, sp.spec); err != nil {
 		r.m.untrackSpare(sp.id)
 		r.abandonSpare(sp, err.Error())
 		return
 	}
+	if !r.isSpare(sp) {
+		// Dropped while it was being prepared: dropSpare's Stop may have
+		// come before the pod existed, so it is stopped here, or it would
+		// wait outside the budget until knbox stops.
+		r.m.untrackSpare(sp.id)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Minute)
+		defer cancel()
+		if err := r.m.opts.Pods.Stop(ctx, sp.id, 0); err != nil {
+			r.log.Debug("stop a sandbox dropped while it was prepared", "instance", sp.id, "err", err)
+		}
+		return
+	}
 	r.log.Debug("preparing a sandbox", "instance", sp.id)
 	st, ok := r.m.opts.Pods.Status(sp.id)
 	r.spareChanged(sp.id, st, ok)
+}
+
+// isSpare tells whether sp is still r's sandbox.
+func (r *revision) isSpare(sp *spare) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spare == sp
 }
 
 // abandonSpare forgets a sandbox that could not be prepared; the next is

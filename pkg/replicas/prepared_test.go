@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -169,6 +170,49 @@ func TestPreparedBudget(t *testing.T) {
 	e.m.Poke("ns1", a)
 	e.awaitSpare(a)
 	eventually(t, time.Minute, "b's sandbox gone", func() bool { return len(e.podsOf(b)) == 0 })
+	if n, _ := e.m.PreparedSandboxes(); n != 1 {
+		t.Errorf("PreparedSandboxes: %d, want 1", n)
+	}
+}
+
+// TestPreparedBudgetChurn: revisions at zero whose requests keep taking
+// the one place from each other evict sandboxes while they are still being
+// prepared; once the requests stop, one sandbox is left and no pod outside
+// the budget (a sandbox dropped during its preparation is stopped too).
+func TestPreparedBudgetChurn(t *testing.T) {
+	h := "runc"
+	requireHandler(t, h)
+	ref := runtimeInfoImage(t)
+	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
+		o.Prepared = &PreparedBudget{Count: 1, Memory: 1 << 40}
+	}))
+	e.synced()
+	var names []string
+	for i := range 4 {
+		name := uniqueName(fmt.Sprintf("churn-%d", i))
+		names = append(names, name)
+		rev := newRev(t, "ns1", name, h, ref)
+		e.resolveAndEnsure(rev)
+		e.waitState(rev, time.Minute, name+" ready", ready)
+	}
+	for _, n := range names {
+		e.scale.set("ns1", n, 0)
+	}
+	for round := range 40 { // bounded: 40 pokes, 50 ms apart
+		e.m.Poke("ns1", names[round%len(names)])
+		time.Sleep(50 * time.Millisecond)
+	}
+	pods := func() (all int) {
+		for _, n := range names {
+			all += len(e.podsOf(n))
+		}
+		return all
+	}
+	eventually(t, 2*time.Minute, "one pod (the sandbox) left of the four revisions", func() bool { return pods() == 1 })
+	time.Sleep(2 * time.Second) // a late preparation would show now
+	if n := pods(); n != 1 {
+		t.Errorf("%d pods of the four revisions at zero, want 1 (the budget's one sandbox)", n)
+	}
 	if n, _ := e.m.PreparedSandboxes(); n != 1 {
 		t.Errorf("PreparedSandboxes: %d, want 1", n)
 	}
