@@ -75,12 +75,15 @@ const (
 	path = "/sleep?ms=0"
 	// The stable window and grace make scale to zero quick (Knative's
 	// smallest stable window); allow-zero-initial-scale lets a Service
-	// start at zero (-cold initial-scale).
+	// start at zero (-cold initial-scale). The embedded registry is off: the
+	// bench pushes to its own, and 127.0.0.1:5000 may be taken on a shared machine.
 	knboxConfig = `configMaps:
   config-autoscaler:
     stable-window: 6s
     scale-to-zero-grace-period: 2s
     allow-zero-initial-scale: "true"
+registry:
+  disabled: true
 `
 )
 
