@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -94,6 +95,13 @@ type shim struct {
 // runtime.Description as JSON). File descriptor 3, if open, is told
 // "ready" once the socket listens.
 func ShimMain(args []string) int {
+	// Started with GOGC=off (see startShim): what it runs must not inherit
+	// it, and its own collector starts with Go's default target once the
+	// start is over.
+	if os.Getenv("GOGC") == "off" {
+		os.Unsetenv("GOGC")
+		time.AfterFunc(shimGCAfter, func() { debug.SetGCPercent(shimGCPercent) })
+	}
 	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
 	dir := fs.String("dir", "", "the pod's directory")
 	logPath := fs.String("log", "", "the pod's log file")
@@ -108,6 +116,15 @@ func ShimMain(args []string) int {
 	}
 	return 0
 }
+
+// shimGCAfter is how long after its start a shim runs without a garbage
+// collector: its start and its first container's, on a cold start (the
+// pod's first container starts within tens of milliseconds of its shim,
+// more under a burst's contention). It allocates little meanwhile.
+const shimGCAfter = 2 * time.Second
+
+// shimGCPercent is the shim's GC target from then on: Go's default.
+const shimGCPercent = 100
 
 func runShim(dir, logPath, handler string, log *slog.Logger) error {
 	// The daemon's terminal or service manager must not end the pod.

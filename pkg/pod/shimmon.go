@@ -46,7 +46,11 @@ func startShim(argv []string, dir, logPath string, h runtime.Handler) (*shimClie
 	cmd := exec.Command(argv[0], args...)
 	cmd.Stdout, cmd.Stderr = diag, diag
 	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	// GOGC=off: no collection during the shim's package init (the whole
+	// knbox binary's: megabytes of scheme registrations, mostly garbage),
+	// about a third of its start's CPU, spent on every cold instance's
+	// path; ShimMain turns the collector on once the shim is up.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GOGC=off"}
 	// Its own session: the daemon's terminal, process group and exit do
 	// not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
