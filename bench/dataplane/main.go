@@ -578,15 +578,6 @@ func withConcurrency(n int64) func(*servingv1.Service) {
 	return func(s *servingv1.Service) { s.Spec.Template.Spec.ContainerConcurrency = &n }
 }
 
-// runningPods counts the instances (Pods) of revision rev.
-func (e *env) runningPods(ctx context.Context, rev string) (int32, error) {
-	list, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
-	if err != nil {
-		return 0, err
-	}
-	return int32(len(list.Items)), nil
-}
-
 func (e *env) replicas(ctx context.Context) (map[string]int32, error) {
 	list, err := e.serving.ServingV1().Revisions(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
