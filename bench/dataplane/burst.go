@@ -163,9 +163,13 @@ func (e *env) watchPeak(ctx context.Context, rev string, peak *int32, stop <-cha
 	if err != nil {
 		return nil, err
 	}
+	// Pods on their way out (a deletion timestamp: the last round's) are
+	// not instances this round reached.
 	pods := map[string]bool{}
 	for _, p := range list.Items {
-		pods[p.Name] = true
+		if p.DeletionTimestamp == nil {
+			pods[p.Name] = true
+		}
 	}
 	*peak = int32(len(pods))
 	done := make(chan struct{})
@@ -184,11 +188,11 @@ func (e *env) watchPeak(ctx context.Context, rev string, peak *int32, stop <-cha
 				if !isPod {
 					continue
 				}
-				switch ev.Type {
-				case watch.Added, watch.Modified:
-					pods[p.Name] = true
-				case watch.Deleted:
+				switch {
+				case ev.Type == watch.Deleted || p.DeletionTimestamp != nil:
 					delete(pods, p.Name)
+				case ev.Type == watch.Added || ev.Type == watch.Modified:
+					pods[p.Name] = true
 				}
 				if n := int32(len(pods)); n > *peak {
 					*peak = n
