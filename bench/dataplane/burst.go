@@ -26,6 +26,10 @@ type burstReport struct {
 	rt          string
 	knbox, hand []time.Duration
 	peak        []int32 // instances knbox reached per round
+	// rounds are the rounds without errors, side by side: on a shared
+	// machine whose load changes from round to round, a round's ratio
+	// says more than the ratio of the medians.
+	rounds [][2]time.Duration // by hand, knbox
 	errors      int
 }
 
@@ -59,6 +63,11 @@ func (b *burstReport) print(w io.Writer) {
 	row(fmt.Sprintf("router -> %s, 0 -> %d", b.rt, burstSize), b.knbox, b.errors)
 	tw.Flush()
 	fmt.Fprintf(w, "instances knbox reached per round: %v\n", b.peak)
+	fmt.Fprintf(w, "per round, by hand -> knbox:")
+	for _, r := range b.rounds {
+		fmt.Fprintf(w, "  %s -> %s (%s)", ms(r[0]), ms(r[1]), ratio(float64(r[1]), float64(r[0])))
+	}
+	fmt.Fprintln(w)
 }
 
 // burst measures the burst table for runtime rt in rounds interleaved
@@ -144,6 +153,7 @@ func (e *env) burst(ctx context.Context, rep *report, rt string, rounds int) err
 			continue
 		}
 		br.knbox = append(br.knbox, d)
+		br.rounds = append(br.rounds, [2]time.Duration{br.hand[len(br.hand)-1], d})
 	}
 	rep.bursts = append(rep.bursts, br)
 	return nil
