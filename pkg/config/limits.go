@@ -45,10 +45,10 @@ type Limits struct {
 }
 
 // IdleShimLimits bound the idle shims: started once knbox has made an
-// instance, each is knbox's binary waiting for one (about 12 MiB of PSS at
-// rest, 6-7 MiB of it its own, the rest its share of the binary's pages:
-// nine hold about 110 MiB), and they end once knbox made no instance for
-// KeepFor.
+// instance, each is knbox's binary waiting for one (12-13 MiB of PSS at
+// rest, measured during the burst bench: 7-8 MiB of it its own, the rest
+// its share of the binary's pages; nine hold about 115 MiB), and they end
+// once knbox made no instance for KeepFor.
 type IdleShimLimits struct {
 	// Disabled: none is kept; every instance starts its shim.
 	Disabled bool `json:"disabled,omitempty"`
