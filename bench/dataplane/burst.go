@@ -30,7 +30,7 @@ type burstReport struct {
 	// machine whose load changes from round to round, a round's ratio
 	// says more than the ratio of the medians.
 	rounds [][2]time.Duration // by hand, knbox
-	errors      int
+	errors int
 }
 
 func median(ds []time.Duration) time.Duration {
