@@ -8,6 +8,10 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // burstSize and burstPath: ten requests of a second each, at once, to a
@@ -22,7 +26,11 @@ type burstReport struct {
 	rt          string
 	knbox, hand []time.Duration
 	peak        []int32 // instances knbox reached per round
-	errors      int
+	// rounds are the rounds without errors, side by side: on a shared
+	// machine whose load changes from round to round, a round's ratio
+	// says more than the ratio of the medians.
+	rounds [][2]time.Duration // by hand, knbox
+	errors int
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -55,6 +63,11 @@ func (b *burstReport) print(w io.Writer) {
 	row(fmt.Sprintf("router -> %s, 0 -> %d", b.rt, burstSize), b.knbox, b.errors)
 	tw.Flush()
 	fmt.Fprintf(w, "instances knbox reached per round: %v\n", b.peak)
+	fmt.Fprintf(w, "per round, by hand -> knbox:")
+	for _, r := range b.rounds {
+		fmt.Fprintf(w, "  %s -> %s (%s)", ms(r[0]), ms(r[1]), ratio(float64(r[1]), float64(r[0])))
+	}
+	fmt.Fprintln(w)
 }
 
 // burst measures the burst table for runtime rt in rounds interleaved
@@ -108,20 +121,10 @@ func (e *env) burst(ctx context.Context, rep *report, rt string, rounds int) err
 		logf("burst %s: round %d: %d requests", rt, round+1, burstSize)
 		var peak int32
 		stopWatch := make(chan struct{})
-		watched := make(chan struct{})
-		go func() { // the instances it reaches, from the pods' count
-			defer close(watched)
-			for {
-				if n, err := e.runningPods(ctx, revs[name]); err == nil && n > peak {
-					peak = n
-				}
-				select {
-				case <-stopWatch:
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
-		}()
+		watched, err := e.watchPeak(ctx, revs[name], &peak, stopWatch)
+		if err != nil {
+			return err
+		}
 		start := time.Now()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -150,7 +153,62 @@ func (e *env) burst(ctx context.Context, rep *report, rt string, rounds int) err
 			continue
 		}
 		br.knbox = append(br.knbox, d)
+		br.rounds = append(br.rounds, [2]time.Duration{br.hand[len(br.hand)-1], d})
 	}
 	rep.bursts = append(rep.bursts, br)
 	return nil
+}
+
+// watchPeak counts the Pods of revision rev as they come and go, from a
+// watch (a list every few milliseconds would take the CPU of the machine
+// under test, which the anchor does not pay), into *peak, the most at
+// once, until stop is closed; watched is closed then.
+func (e *env) watchPeak(ctx context.Context, rev string, peak *int32, stop <-chan struct{}) (watched <-chan struct{}, err error) {
+	sel := "serving.knative.dev/revision=" + rev
+	list, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return nil, err
+	}
+	// Pods on their way out (a deletion timestamp: the last round's) are
+	// not instances this round reached.
+	pods := map[string]bool{}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			pods[p.Name] = true
+		}
+	}
+	*peak = int32(len(pods))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				p, isPod := ev.Object.(*corev1.Pod)
+				if !isPod {
+					continue
+				}
+				switch {
+				case ev.Type == watch.Deleted || p.DeletionTimestamp != nil:
+					delete(pods, p.Name)
+				case ev.Type == watch.Added || ev.Type == watch.Modified:
+					pods[p.Name] = true
+				}
+				if n := int32(len(pods)); n > *peak {
+					*peak = n
+				}
+			}
+		}
+	}()
+	return done, nil
 }

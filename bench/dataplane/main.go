@@ -75,12 +75,15 @@ const (
 	path = "/sleep?ms=0"
 	// The stable window and grace make scale to zero quick (Knative's
 	// smallest stable window); allow-zero-initial-scale lets a Service
-	// start at zero (-cold initial-scale).
+	// start at zero (-cold initial-scale). The embedded registry is off: the
+	// bench pushes to its own, and 127.0.0.1:5000 may be taken on a shared machine.
 	knboxConfig = `configMaps:
   config-autoscaler:
     stable-window: 6s
     scale-to-zero-grace-period: 2s
     allow-zero-initial-scale: "true"
+registry:
+  disabled: true
 `
 )
 
@@ -573,15 +576,6 @@ func (e *env) waitReady(ctx context.Context, names []string) (hosts, revs map[st
 // withConcurrency sets a Service's containerConcurrency.
 func withConcurrency(n int64) func(*servingv1.Service) {
 	return func(s *servingv1.Service) { s.Spec.Template.Spec.ContainerConcurrency = &n }
-}
-
-// runningPods counts the instances (Pods) of revision rev.
-func (e *env) runningPods(ctx context.Context, rev string) (int32, error) {
-	list, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
-	if err != nil {
-		return 0, err
-	}
-	return int32(len(list.Items)), nil
 }
 
 func (e *env) replicas(ctx context.Context) (map[string]int32, error) {

@@ -21,13 +21,19 @@ import (
 )
 
 func main() {
+	// A pod's shim (see package pod) starts on the path of every cold
+	// instance: it skips building the CLI's command tree (every kubectl
+	// command's flags), which it never uses.
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		os.Exit(pod.ShimMain(os.Args[2:]))
+	}
 	root := &cobra.Command{
 		Use:           "knbox",
 		Short:         "Knative Serving on one machine",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), shimCommand())
+	root.AddCommand(serveCommand())
 	root.AddCommand(cli.Commands()...)
 
 	if err := root.Execute(); err != nil {
@@ -118,20 +124,4 @@ func serveCommand() *cobra.Command {
 	f.BoolVar(&keepInstances, "keep-instances", true, "leave instances running at exit, for the next knbox to adopt (restart.keepInstances)")
 	f.DurationVar(&handover, "handover-timeout", config.DefaultHandoverTimeout, "how long an exiting knbox keeps its listening sockets for the next one (restart.handoverTimeout)")
 	return cmd
-}
-
-// shimCommand is `knbox shim`, the per-pod process that the server starts
-// (see package pod): not for people.
-func shimCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:                "shim",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(_ *cobra.Command, args []string) error {
-			if code := pod.ShimMain(args); code != 0 {
-				os.Exit(code)
-			}
-			return nil
-		},
-	}
 }

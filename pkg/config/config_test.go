@@ -70,6 +70,7 @@ func TestDefaults(t *testing.T) {
 			InstanceAPI:       InstanceAPILimits{MaxConnections: 32},
 			Memory:            MemoryLimits{GCPercent: 50},
 			PreparedSandboxes: PreparedSandboxLimits{Count: 16, Memory: 256 << 20},
+			IdleShims:         IdleShimLimits{Count: 9, KeepFor: Duration(10 * time.Minute)},
 		},
 		Observability: Observability{QueueLength: DefaultObserverQueueLength, LogFormat: "text", Console: Console{
 			MaxSessions: DefaultConsoleMaxSessions, SessionTTL: DefaultConsoleSessionTTL,
@@ -373,6 +374,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"bad httpAddr port", "httpAddr: 127.0.0.1:http\n", []string{"httpAddr", `"http"`}},
 		{"port out of range", "httpAddr: 127.0.0.1:70000\n", []string{"httpAddr", `"70000"`}},
 		{"negative body limit", "maxRequestBodyBytes: -1\n", []string{"maxRequestBodyBytes"}},
+		{"negative idle shims", "limits:\n  idleShims:\n    count: -1\n", []string{"limits.idleShims.count"}},
 		{"bad api host", "apiHosts: [ok.example, \"bad host\"]\n", []string{"apiHosts[1]", `"bad host"`}},
 		{"wrong type", "apiHosts: box.example\n", []string{"field apiHosts"}},
 		{"list as ConfigMap value", "configMaps:\n  config-gc:\n    min-non-active-revisions: [1]\n", []string{"configMaps.config-gc.min-non-active-revisions", "string, number or boolean"}},
@@ -579,6 +581,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("egress:\n  enabled: true\n  subnet: 10.89.0.0/16\n  bridge: knbox0\n  nameservers: [192.0.2.53]\n")
 	f.Add("policy:\n  refuseRoot: true\n  seccompProfile: Unconfined\n  pidsLimit: -1\n  maskedPaths: []\n  addableCapabilities: [NET_RAW]\nruntimes:\n  process:\n    enabled: true\n")
 	f.Add("limits:\n  preparedSandboxes:\n    count: -1\n    memory: 1Ki\n    disabled: true\n")
+	f.Add("limits:\n  idleShims:\n    count: 2\n    keepFor: 1m\n    disabled: true\n")
 	f.Add("limits:\n  ephemeralStorage:\n    interval: 2s\n    defaultContainerLimit: 1Gi\n    maxFiles: 10\n    maxDepth: 4\n")
 	f.Add("limits:\n  api:\n    maxObjectBytes: 1Mi\n    requestTimeout: 30s\n    maxObjectBytesByResource:\n      configmaps: 512Ki\n  router:\n    readTimeout: 0s\n  images:\n    maxLayerBytes: 1Gi\n")
 	f.Add("configMaps:\n  config-deployment:\n    queue-sidecar-image: x\n  config-network:\n    http-protocol: Enabled\n")
@@ -638,6 +641,8 @@ func FuzzLoad(f *testing.F) {
 			"builds.maxGitFetchBytes":              c.Builds.MaxGitFetchBytes,
 			"preparedSandboxes.count":              int64(l.PreparedSandboxes.Count),
 			"preparedSandboxes.memory":             int64(l.PreparedSandboxes.Memory),
+			"idleShims.count":                      int64(l.IdleShims.Count),
+			"idleShims.keepFor":                    int64(l.IdleShims.KeepFor),
 		} {
 			if v <= 0 {
 				t.Fatalf("limits.%s = %d accepted", name, v)

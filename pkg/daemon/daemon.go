@@ -464,6 +464,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Nameservers:      nameservers,
 		Policy:           policy,
 		ShimCommand:      []string{self, "shim"},
+		IdleShims:        idleShims(cfg.Limits.IdleShims),
+		IdleShimsKeep:    cfg.Limits.IdleShims.KeepFor.D(),
 		PullTimeout:      dep.ProgressDeadline,
 		EphemeralStorage: ephemeralStorage(cfg),
 		Network: func(ctx context.Context, spec *pod.Spec, ns *network.NS) (string, io.Closer, error) {
@@ -874,6 +876,14 @@ func writePrivate(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// idleShims is the pod runtime's Options.IdleShims.
+func idleShims(l config.IdleShimLimits) int {
+	if l.Disabled {
+		return 0
+	}
+	return l.Count
 }
 
 // preparedBudget is the revision manager's budget of prepared sandboxes

@@ -418,6 +418,12 @@ func (p *pod) prepare(ctx context.Context) error {
 			ch := make(chan shimStart, 1)
 			dir, logPath, h := p.dir, p.spec.LogPath, p.h
 			go func() {
+				if sp := p.rt.shims; sp != nil {
+					if c := sp.take(ctx, dir, logPath, h); c != nil {
+						ch <- shimStart{c, nil}
+						return
+					}
+				}
 				c, err := startShim(argv, dir, logPath, h)
 				ch <- shimStart{c, err}
 			}()

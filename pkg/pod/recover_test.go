@@ -33,15 +33,19 @@ const (
 
 // runtimeIn opens a Runtime on dir as the helper and the test both do, so
 // that the second finds what the first left.
-func runtimeIn(t testing.TB, dir, handler string) (*Runtime, map[string]runtime.Handler) {
+func runtimeIn(t testing.TB, dir, handler string, opts ...func(*Options)) (*Runtime, map[string]runtime.Handler) {
 	t.Helper()
 	store, err := image.Open(image.Options{Root: filepath.Join(dir, "images"), Keychain: authn.NewMultiKeychain()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := map[string]runtime.Handler{handler: newHandler(t, handler, filepath.Join(dir, "handlers"))}
-	rt, err := New(Options{Images: store, Handlers: hs, StateDir: filepath.Join(dir, "pods"), ShimCommand: shimCommand(),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	o := Options{Images: store, Handlers: hs, StateDir: filepath.Join(dir, "pods"), ShimCommand: shimCommand(),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	for _, f := range opts {
+		f(&o)
+	}
+	rt, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

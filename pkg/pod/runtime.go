@@ -59,6 +59,13 @@ type Options struct {
 	// containers are this process's children and their output dies with
 	// it (for embedding and tests; Detach then loses the output).
 	ShimCommand []string
+	// IdleShims is the most shims kept started ahead of need, idle, for
+	// the next pods to take (see "Idle shims" in shimpool.go); 0: none,
+	// every pod starts its own. Only with ShimCommand.
+	IdleShims int
+	// IdleShimsKeep is how long the idle shims are kept after the last
+	// pod was made (0: DefaultIdleShimsKeep).
+	IdleShimsKeep time.Duration
 	// PullTimeout bounds each pull of a pod's images (0:
 	// DefaultPullTimeout); a pull cut by it is a failure like any other
 	// (ImagePullBackOff, retried).
@@ -75,6 +82,9 @@ type Options struct {
 // DefaultPullTimeout is Knative's default progress-deadline: a pull that
 // takes longer fails the revision anyway.
 const DefaultPullTimeout = 600 * time.Second
+
+// DefaultIdleShimsKeep is Options.IdleShimsKeep's default.
+const DefaultIdleShimsKeep = 10 * time.Minute
 
 // Event is something that happened to a pod, named as the kubelet names
 // its events (Pulling, Pulled, Started, Killing, BackOff, Unhealthy, Failed,
@@ -126,6 +136,9 @@ type Runtime struct {
 
 	subsMu sync.RWMutex
 	subs   []func(id string)
+
+	// shims are the idle shims; nil without Options.IdleShims.
+	shims *shimPool
 }
 
 // New returns a Runtime. Call Recover before the first Run, and Close to
@@ -168,8 +181,36 @@ func New(opts Options) (*Runtime, error) {
 	if r.storage.MaxDepth <= 0 {
 		r.storage.MaxDepth = DefaultEphemeralStorageMaxDepth
 	}
+	if opts.IdleShims > 0 && len(opts.ShimCommand) > 0 {
+		// Beside StateDir, which holds pods' directories only.
+		keep := opts.IdleShimsKeep
+		if keep <= 0 {
+			keep = DefaultIdleShimsKeep
+		}
+		if r.shims, err = newShimPool(opts.ShimCommand, dir+".shims", opts.IdleShims, keep, r.log.With("component", "shims")); err != nil {
+			return nil, fmt.Errorf("pod runtime: %w", err)
+		}
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
+}
+
+// IdleShims is the number of idle shims (see Options.IdleShims).
+func (r *Runtime) IdleShims() int {
+	if r.shims == nil {
+		return 0
+	}
+	return r.shims.count()
+}
+
+// closeShims ends the idle shims.
+func (r *Runtime) closeShims() {
+	if r.shims == nil {
+		return
+	}
+	if err := r.shims.close(); err != nil {
+		r.log.Warn("close idle shims", "err", err)
+	}
 }
 
 // Handler tells whether the Runtime has handler name, and what it can do.
@@ -261,6 +302,9 @@ func (r *Runtime) run(ctx context.Context, spec Spec, prepare bool) error {
 		p.hold = make(chan struct{})
 	}
 	r.pods[spec.ID] = p
+	if r.shims != nil {
+		r.shims.poke()
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -414,6 +458,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.cancel()
 	r.wg.Wait()
+	r.closeShims()
 	return err
 }
 
@@ -426,6 +471,7 @@ func (r *Runtime) Detach(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed, r.detached = true, true
 	r.mu.Unlock()
+	r.closeShims()
 	r.cancel()
 	done := make(chan struct{})
 	go func() {

@@ -14,9 +14,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/knbox/knbox/pkg/runtime"
 )
@@ -43,12 +47,18 @@ const shimProtocol = 1
 
 type shimRequest struct {
 	V      int    `json:"v"`
-	Op     string `json:"op"` // start, create, begin, kill, wait, delete, log, state, shutdown
+	Op     string `json:"op"` // start, create, begin, kill, wait, delete, log, state, shutdown; bind (idle shims only)
 	ID     string `json:"id,omitempty"`
 	Bundle string `json:"bundle,omitempty"`
 	Tag    string `json:"tag,omitempty"`
 	Signal int    `json:"signal,omitempty"`
 	Line   string `json:"line,omitempty"`
+	// Dir, Log and Handler: what "bind" gives an idle shim (see
+	// runIdleShim), as --dir, --log and --handler give a shim started
+	// for its pod.
+	Dir     string `json:"dir,omitempty"`
+	Log     string `json:"log,omitempty"`
+	Handler string `json:"handler,omitempty"`
 }
 
 type shimContainerState struct {
@@ -78,6 +88,7 @@ type shimContainer struct {
 
 // shim is the shim process's state.
 type shim struct {
+	dir string
 	mon *localMonitor
 	ln  *net.UnixListener
 	log *slog.Logger
@@ -94,38 +105,86 @@ type shim struct {
 // runtime.Description as JSON). File descriptor 3, if open, is told
 // "ready" once the socket listens.
 func ShimMain(args []string) int {
+	// Started with GOGC=off (see startShim): what it runs must not inherit
+	// it, and its own collector starts with Go's default target once the
+	// start is over.
+	if os.Getenv("GOGC") == "off" {
+		os.Unsetenv("GOGC")
+		time.AfterFunc(shimGCAfter, func() {
+			debug.SetGCPercent(shimGCPercent)
+			// Init's garbage is collected now, at rest, rather than by
+			// the first allocations past the new target: those of a
+			// prepared container's start, on a request's path.
+			goruntime.GC()
+		})
+	}
 	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
-	dir := fs.String("dir", "", "the pod's directory")
+	dir := fs.String("dir", "", "the pod's directory (with --idle: the idle shim's own)")
 	logPath := fs.String("log", "", "the pod's log file")
 	handler := fs.String("handler", "", "the handler's description (JSON)")
+	idle := fs.Bool("idle", false, "start idle, for a pod that a later bind request names (see shimPool)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("shim", filepath.Base(*dir))
-	if err := runShim(*dir, *logPath, *handler, log); err != nil {
+	run := func() error { return runShim(*dir, *logPath, *handler, log) }
+	if *idle {
+		run = func() error { return runIdleShim(*dir, log) }
+	}
+	if err := run(); err != nil {
 		log.Error("shim", "err", err)
 		return 1
 	}
 	return 0
 }
 
+// shimGCAfter is how long after its start a shim runs without a garbage
+// collector: its start and its first container's, on a cold start (the
+// pod's first container starts within tens of milliseconds of its shim,
+// more under a burst's contention). It allocates little meanwhile.
+const shimGCAfter = 2 * time.Second
+
+// shimGCPercent is the shim's GC target from then on: Go's default.
+const shimGCPercent = 100
+
 func runShim(dir, logPath, handler string, log *slog.Logger) error {
 	// The daemon's terminal or service manager must not end the pod.
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE)
+	s, err := newShim(dir, logPath, handler, log)
+	if err != nil {
+		return err
+	}
+	tellReady()
+	return s.serveAll()
+}
+
+// tellReady tells the daemon, on file descriptor 3 if it is open, that the
+// shim listens.
+func tellReady() {
+	if ready := os.NewFile(3, "ready"); ready != nil {
+		_, _ = ready.Write([]byte("ready\n"))
+		ready.Close()
+	}
+}
+
+// newShim makes the shim of the pod in dir: its handler (described by
+// handler, JSON), the pod's log at logPath and /dev/log socket, and its
+// socket, listening.
+func newShim(dir, logPath, handler string, log *slog.Logger) (*shim, error) {
 	var d runtime.Description
 	if err := json.Unmarshal([]byte(handler), &d); err != nil {
-		return fmt.Errorf("--handler: %w", err)
+		return nil, fmt.Errorf("--handler: %w", err)
 	}
 	h, err := runtime.FromDescription(d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, ok := h.(runtime.Preparer); ok {
 		// Prepared containers' inits are re-parented to the shim when
 		// the runtime's create exits: it reads their exit statuses as a
 		// subreaper, and reaps the other orphans it inherits.
 		if err := runtime.BecomeSubreaper(); err != nil {
-			return fmt.Errorf("subreaper: %w", err)
+			return nil, fmt.Errorf("subreaper: %w", err)
 		}
 		sigchld := make(chan os.Signal, 1)
 		signal.Notify(sigchld, syscall.SIGCHLD)
@@ -137,41 +196,149 @@ func runShim(dir, logPath, handler string, log *slog.Logger) error {
 	}
 	mon, err := newLocalMonitor(h, logPath, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	p := filepath.Join(dir, shimSocket)
-	_ = os.Remove(p)
+	_ = os.Remove(filepath.Join(dir, shimSocket))
 	ln, err := listenUnixIn(dir, shimSocket)
 	if err != nil {
 		mon.close()
-		return fmt.Errorf("listen: %w", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
-	s := &shim{mon: mon, ln: ln, log: log, ctrs: map[string]*shimContainer{}, ended: make(chan struct{})}
-	if ready := os.NewFile(3, "ready"); ready != nil {
-		_, _ = ready.Write([]byte("ready\n"))
-		ready.Close()
-	}
+	return &shim{dir: dir, mon: mon, ln: ln, log: log, ctrs: map[string]*shimContainer{}, ended: make(chan struct{})}, nil
+}
+
+// serveAll answers requests until shutdown.
+func (s *shim) serveAll() error {
 	go func() {
 		<-s.ended
-		ln.Close()
+		s.ln.Close()
 	}()
 	for {
-		c, err := ln.AcceptUnix()
+		c, err := s.ln.AcceptUnix()
 		if err != nil {
 			select {
 			case <-s.ended:
-				_ = os.Remove(p)
-				return mon.close()
+				_ = os.Remove(filepath.Join(s.dir, shimSocket))
+				return s.mon.close()
 			default:
 			}
 			if errors.Is(err, net.ErrClosed) {
-				return mon.close()
+				return s.mon.close()
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		go s.serve(c)
 	}
+}
+
+// runIdleShim is a shim started ahead of need (see shimPool): it listens
+// in dir, its own, says it is ready, and waits for the one request that
+// makes it a pod's shim, "bind", which names the pod's directory, log and
+// handler: it then does what a shim started for the pod does, answers, and
+// removes dir. Until then, the end of the daemon (EOF on the lifeline, file
+// descriptor 4, a pipe of its own whose write end only the daemon holds) or
+// a "shutdown" request ends it, and it removes dir: an idle shim never
+// outlives the daemon that started it, even one killed with SIGKILL.
+func runIdleShim(dir string, log *slog.Logger) error {
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE)
+	// Non-blocking, so that closing it ends the read below (Go's poller).
+	if err := unix.SetNonblock(4, true); err != nil {
+		return fmt.Errorf("idle shim: no lifeline (file descriptor 4): %w", err)
+	}
+	lifeline := os.NewFile(4, "lifeline")
+	ln, err := listenUnixIn(dir, shimSocket)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var mu sync.Mutex
+	bound := false
+	go func() {
+		_, _ = io.Copy(io.Discard, lifeline)
+		mu.Lock() // held to the exit: a bind cannot begin
+		if !bound {
+			_ = os.RemoveAll(dir)
+			os.Exit(0)
+		}
+		mu.Unlock()
+	}()
+	tellReady()
+	// At rest until bound: init's garbage is collected now, off any
+	// request's path. The freed pages stay mapped for the start of the
+	// pod that binds it (returned at once, FreeOSMemory, they fault in
+	// again there: a prepared start measured slower so); the runtime's
+	// scavenger returns them in the background.
+	goruntime.GC()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		var req shimRequest
+		if err := json.NewDecoder(io.LimitReader(c, maxShimRequest)).Decode(&req); err != nil {
+			c.Close()
+			continue
+		}
+		answer := func(resp shimResponse) {
+			_ = json.NewEncoder(c).Encode(resp)
+			c.Close()
+		}
+		switch {
+		case req.V != shimProtocol:
+			answer(shimResponse{Error: fmt.Sprintf("shim protocol %d, this shim speaks %d", req.V, shimProtocol)})
+		case req.Op == "state":
+			answer(shimResponse{ShimPid: os.Getpid()})
+		case req.Op == "shutdown":
+			ln.Close()
+			_ = os.RemoveAll(dir)
+			answer(shimResponse{})
+			return nil
+		case req.Op == "bind":
+			mu.Lock()
+			bound = true
+			mu.Unlock()
+			s, err := bindShim(req, log)
+			ln.Close()
+			_ = os.RemoveAll(dir)
+			if err != nil {
+				answer(shimResponse{Error: err.Error()})
+				return err
+			}
+			lifeline.Close()
+			answer(shimResponse{ShimPid: os.Getpid()})
+			return s.serveAll()
+		default:
+			answer(shimResponse{Error: fmt.Sprintf("idle shim: %q before bind", req.Op)})
+		}
+	}
+}
+
+// bindShim makes an idle shim the shim of the pod that req names: its
+// diagnostics go to the pod's shim.log from here on, as a shim started for
+// the pod writes them.
+func bindShim(req shimRequest, log *slog.Logger) (*shim, error) {
+	if req.Dir == "" || req.Log == "" || req.Handler == "" {
+		return nil, errors.New("bind: dir, log and handler are required")
+	}
+	diag, err := os.OpenFile(filepath.Join(req.Dir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("bind: %w", err)
+	}
+	defer diag.Close()
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup3(int(diag.Fd()), fd, 0); err != nil {
+			return nil, fmt.Errorf("bind: %w", err)
+		}
+	}
+	s, err := newShim(req.Dir, req.Log, req.Handler, log.With("shim", filepath.Base(req.Dir)))
+	if err != nil {
+		return nil, fmt.Errorf("bind: %w", err)
+	}
+	return s, nil
 }
 
 // listenUnixIn listens on dir/name, binding through /proc/self/fd so that a
@@ -226,6 +393,11 @@ func (s *shim) serve(c *net.UnixConn) {
 	}
 	resp := s.handle(ctx, req)
 	_ = json.NewEncoder(c).Encode(resp)
+	if req.Op == "shutdown" && resp.Error == "" {
+		// Only once answered: the process ends soon after, and the
+		// daemon would read EOF instead of the answer.
+		s.once.Do(func() { close(s.ended) })
+	}
 }
 
 func (s *shim) container(id string) (*shimContainer, error) {
@@ -346,8 +518,7 @@ func (s *shim) handle(ctx context.Context, req shimRequest) shimResponse {
 		if n > 0 {
 			return fail(fmt.Errorf("%d containers are not deleted", n))
 		}
-		s.once.Do(func() { close(s.ended) })
-		return shimResponse{}
+		return shimResponse{} // serve ends the shim once it has answered
 	}
 	return fail(fmt.Errorf("unknown operation %q", req.Op))
 }

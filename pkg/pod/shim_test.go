@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/knbox/knbox/pkg/runtime"
 )
@@ -45,4 +49,42 @@ func FuzzShimRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestShimGCOffDoesNotLeak: a shim starts with its garbage collector off
+// (GOGC=off, for a cheaper start); what it runs (the runtime's monitor
+// process, a Go program that lives as long as the container) must not
+// inherit that.
+func TestShimGCOffDoesNotLeak(t *testing.T) {
+	requireHandler(t, "runc")
+	e := newEnv(t, []string{"runc"})
+	id := uniqueName("gcoff")
+	e.run(e.spec(id, "runc", runtimeInfoImage(t)))
+	e.waitStatus(id, time.Minute, "ready", ready)
+	st := shimState(t, e.dir, id)
+	if len(st.Containers) != 1 {
+		t.Fatalf("shim state: %+v", st)
+	}
+	// The container's parent is the runtime's monitor (`runc run`), a
+	// child of the shim.
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.Containers[0].Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	monitor := f[1]
+	environ, err := os.ReadFile("/proc/" + monitor + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(environ, []byte("GOGC=")) {
+		t.Errorf("the runtime's monitor (pid %s) inherited the shim's GOGC: %q", monitor, bytes.ReplaceAll(environ, []byte{0}, []byte{' '}))
+	}
+	shimEnv, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", st.ShimPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(shimEnv, []byte("GOGC=off")) {
+		t.Errorf("the shim did not start with GOGC=off: %q", bytes.ReplaceAll(shimEnv, []byte{0}, []byte{' '}))
+	}
 }

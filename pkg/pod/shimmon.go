@@ -24,41 +24,61 @@ const shimStartTimeout = 30 * time.Second
 // argv (e.g. knbox shim), in a session of its own, its diagnostics in
 // dir/shim.log.
 func startShim(argv []string, dir, logPath string, h runtime.Handler) (*shimClient, error) {
+	d, err := describe(h)
+	if err != nil {
+		return nil, err
+	}
+	cmd, _, err := launchShim(argv, dir, nil, "--dir", dir, "--log", logPath, "--handler", string(d))
+	if err != nil {
+		return nil, err
+	}
+	return &shimClient{dir: dir, cmd: cmd}, nil
+}
+
+// describe is h's description for a shim, as JSON.
+func describe(h runtime.Handler) ([]byte, error) {
 	desc, ok := h.(runtime.Describer)
 	if !ok {
 		return nil, fmt.Errorf("handler %s cannot be run by a shim (no Describe)", h.Name())
 	}
-	d, err := json.Marshal(desc.Describe())
-	if err != nil {
-		return nil, err
-	}
+	return json.Marshal(desc.Describe())
+}
+
+// launchShim runs argv plus args in a session of its own, its diagnostics
+// in dir/shim.log, extra as its file descriptors from 4 on, and returns
+// once it says it is ready (file descriptor 3), or fails; exited is closed
+// once it has exited (it is reaped by this process).
+func launchShim(argv []string, dir string, extra []*os.File, args ...string) (cmd *exec.Cmd, exited <-chan struct{}, err error) {
 	diag, err := os.OpenFile(filepath.Join(dir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
+		return nil, nil, fmt.Errorf("start shim: %w", err)
 	}
 	defer diag.Close()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
+		return nil, nil, fmt.Errorf("start shim: %w", err)
 	}
 	defer readyR.Close()
-	args := append(append([]string(nil), argv[1:]...), "--dir", dir, "--log", logPath, "--handler", string(d))
-	cmd := exec.Command(argv[0], args...)
+	cmd = exec.Command(argv[0], append(append([]string(nil), argv[1:]...), args...)...)
 	cmd.Stdout, cmd.Stderr = diag, diag
-	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.ExtraFiles = append([]*os.File{readyW}, extra...)
+	// GOGC=off: no collection during the shim's package init (the whole
+	// knbox binary's: megabytes of scheme registrations, mostly garbage),
+	// about a third of its start's CPU, spent on every cold instance's
+	// path; ShimMain turns the collector on once the shim is up.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GOGC=off"}
 	// Its own session: the daemon's terminal, process group and exit do
 	// not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		readyW.Close()
-		return nil, fmt.Errorf("start shim: %w", err)
+		return nil, nil, fmt.Errorf("start shim: %w", err)
 	}
 	readyW.Close()
-	exited := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // reaped here while this process lives
-		close(exited)
+		close(done)
 	}()
 	line := make(chan string, 1)
 	go func() {
@@ -70,14 +90,14 @@ func startShim(argv []string, dir, logPath string, h runtime.Handler) (*shimClie
 	select {
 	case s := <-line:
 		if strings.TrimSpace(s) == "ready" {
-			return &shimClient{dir: dir, cmd: cmd}, nil
+			return cmd, done, nil
 		}
 	case <-t.C:
 		_ = cmd.Process.Kill()
 	}
-	<-exited
+	<-done
 	b, _ := os.ReadFile(filepath.Join(dir, "shim.log"))
-	return nil, fmt.Errorf("start shim: it did not get ready (%s): %s", cmd.ProcessState, strings.TrimSpace(string(b)))
+	return nil, nil, fmt.Errorf("start shim: it did not get ready (%s): %s", cmd.ProcessState, strings.TrimSpace(string(b)))
 }
 
 // shimMonitor is the monitor of a pod whose containers run under its shim.

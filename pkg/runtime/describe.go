@@ -11,6 +11,11 @@ type Description struct {
 	OCI OCIConfig `json:"oci,omitempty"`
 	// Root is the state directory of a "process" handler.
 	Root string `json:"root,omitempty"`
+	// Keep is what NewOCI learnt by asking the binary (`run --help`)
+	// whether its run has --keep; nil: not known, asked again. A shim
+	// starts on the burst path of every cold instance: one runtime process
+	// less to start there.
+	Keep *bool `json:"keep,omitempty"`
 }
 
 // Describer is implemented by handlers that can be made again from a
@@ -23,7 +28,7 @@ type Describer interface {
 func FromDescription(d Description) (Handler, error) {
 	switch d.Type {
 	case "oci":
-		return NewOCI(d.OCI)
+		return newOCI(d.OCI, d.Keep)
 	case "process":
 		if d.Root == "" {
 			return nil, fmt.Errorf("process handler: no state root")
@@ -36,7 +41,9 @@ func FromDescription(d Description) (Handler, error) {
 // Describe describes the handler: its binary as found at NewOCI, its
 // absolute state root.
 func (h *ociHandler) Describe() Description {
-	return Description{Type: "oci", OCI: OCIConfig{Name: h.name, Binary: h.bin, Root: h.root, Args: h.args, ManageCgroups: h.cgroups != nil}}
+	keep := h.keep
+	return Description{Type: "oci", Keep: &keep, OCI: OCIConfig{Name: h.name, Binary: h.bin, Root: h.root, Args: h.args,
+		ManageCgroups: h.cgroups != nil, SandboxENOSYS: h.sandboxENOSYS}}
 }
 
 // Describe describes the handler.

@@ -64,7 +64,11 @@ type ociHandler struct {
 
 // NewOCI returns a handler for a runc-compatible CLI. It fails if the binary
 // is missing or the state directory cannot be made.
-func NewOCI(cfg OCIConfig) (Handler, error) {
+func NewOCI(cfg OCIConfig) (Handler, error) { return newOCI(cfg, nil) }
+
+// newOCI is NewOCI; keep, when known, says whether the binary's run has
+// --keep (else it is asked).
+func newOCI(cfg OCIConfig, keep *bool) (Handler, error) {
 	name := cfg.Name
 	if name == "" {
 		name = filepath.Base(cfg.Binary)
@@ -91,6 +95,10 @@ func NewOCI(cfg OCIConfig) (Handler, error) {
 		if h.cgroups, err = newCgroupManager(root + ".cgroups"); err != nil {
 			return nil, fmt.Errorf("oci handler %s: %w", name, err)
 		}
+	}
+	if keep != nil {
+		h.keep = *keep
+		return h, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
