@@ -82,7 +82,10 @@ func New(cfg Config) (*Tracer, error) {
 		cfg.QueueSize = DefaultQueueSize
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+		// A transport of its own: whatever else in the process closes
+		// http.DefaultTransport's idle connections (httptest.Server.Close
+		// does) would break an export in flight on a shared one.
+		cfg.Client = &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	exp, err := zipkin.New(cfg.ZipkinEndpoint, zipkin.WithClient(cfg.Client))
 	if err != nil {
