@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,8 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,4 +305,41 @@ func cgroupsOf(ids []string) []string {
 		dirs = append(dirs, d...)
 	}
 	return dirs
+}
+
+// helperProcess runs this test binary's test helper (a Test function that
+// acts only with its environment variables set) with env, and reads its
+// output until the line "READY ...", whose fields it returns (nil if the
+// helper ended first). kill ends the helper with SIGKILL, as a crash would;
+// the test's cleanup kills it if the test did not.
+func helperProcess(t *testing.T, helper string, env ...string) (ready []string, kill func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = testWriter{t}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if rest, ok := strings.CutPrefix(lines.Text(), "READY "); ok {
+			ready = strings.Fields(rest)
+			break
+		}
+		t.Log("helper: " + lines.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return ready, kill
 }

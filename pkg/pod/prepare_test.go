@@ -1,14 +1,11 @@
 package pod
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -125,40 +122,11 @@ func TestRecoverRemovesPrepared(t *testing.T) {
 			ref := runtimeInfoImage(t)
 			dir := t.TempDir()
 			base := uniqueName("recprep-" + h)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestRecoverHelper$", "-test.v")
-			cmd.Env = append(os.Environ(), helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperID+"="+base, helperPrp+"=1")
-			cmd.Stderr = testWriter{t}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			killed := false
-			t.Cleanup(func() {
-				if !killed {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			})
-			lines := bufio.NewScanner(out)
-			var ids []string
-			for lines.Scan() {
-				if rest, ok := strings.CutPrefix(lines.Text(), "READY "); ok {
-					ids = strings.Fields(rest)
-					break
-				}
-				t.Log("helper: " + lines.Text())
-			}
+			ids, kill := helperProcess(t, "TestRecoverHelper", helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperID+"="+base, helperPrp+"=1")
 			if len(ids) != 2 {
 				t.Fatalf("the helper did not prepare 2 pods (%v)", ids)
 			}
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
-			killed = true
+			kill()
 
 			rt, hs := runtimeIn(t, dir, h)
 			e := &env{t: t, dir: dir, rt: rt, handlers: hs}

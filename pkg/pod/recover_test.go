@@ -1,12 +1,10 @@
 package pod
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -111,40 +109,11 @@ func TestRecoverAfterKill(t *testing.T) {
 				bb, perPod = busyboxImage(t), 2
 			}
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestRecoverHelper$", "-test.v")
-			cmd.Env = append(os.Environ(), helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperID+"="+base, helperBB+"="+bb)
-			cmd.Stderr = testWriter{t}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			killed := false
-			t.Cleanup(func() {
-				if !killed {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			})
-			lines := bufio.NewScanner(out)
-			var ids []string
-			for lines.Scan() {
-				if rest, ok := strings.CutPrefix(lines.Text(), "READY "); ok {
-					ids = strings.Fields(rest)
-					break
-				}
-				t.Log("helper: " + lines.Text())
-			}
+			ids, kill := helperProcess(t, "TestRecoverHelper", helperEnv+"=1", helperDir+"="+dir, helperH+"="+h, helperRef+"="+ref, helperID+"="+base, helperBB+"="+bb)
 			if len(ids) != 2 {
 				t.Fatalf("the helper did not start 2 pods (%v)", ids)
 			}
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
-			killed = true
+			kill()
 
 			rt, hs := runtimeIn(t, dir, h)
 			e := &env{t: t, dir: dir, rt: rt, handlers: hs}

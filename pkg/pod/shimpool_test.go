@@ -1,19 +1,15 @@
 package pod
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -169,44 +165,16 @@ func TestIdleShimsAfterKill(t *testing.T) {
 	ref := runtimeInfoImage(t)
 	dir := t.TempDir()
 	id := uniqueName("idlekill")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleShimsHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), helperShims+"=1", helperDir+"="+dir, helperRef+"="+ref, helperID+"="+id)
-	cmd.Stderr = testWriter{t}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	lines := bufio.NewScanner(out)
+	ready, kill := helperProcess(t, "TestIdleShimsHelper", helperShims+"=1", helperDir+"="+dir, helperRef+"="+ref, helperID+"="+id)
 	var pids []int
-	for lines.Scan() {
-		if rest, ok := strings.CutPrefix(lines.Text(), "READY "); ok {
-			for _, f := range strings.Fields(rest) {
-				p, _ := strconv.Atoi(f)
-				pids = append(pids, p)
-			}
-			break
-		}
-		t.Log("helper: " + lines.Text())
+	for _, f := range ready {
+		p, _ := strconv.Atoi(f)
+		pids = append(pids, p)
 	}
 	if len(pids) != 2 {
 		t.Fatalf("the helper's pool: %v, want 2 idle shims", pids)
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	kill()
 	eventually(t, 10*time.Second, "the idle shims gone with the killed process", func() bool {
 		return !alive(pids[0]) && !alive(pids[1])
 	})

@@ -49,19 +49,26 @@ func (e *env) awaitSpare(name string, not ...string) string {
 	return id
 }
 
+// preparedEnv is a synced env of runc pods with room for count prepared
+// sandboxes (and memory without bound), with the runtime-info image.
+func preparedEnv(t *testing.T, count int) (h, ref string, e *env) {
+	h = "runc"
+	requireHandler(t, h)
+	ref = runtimeInfoImage(t)
+	e = newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
+		o.Prepared = &PreparedBudget{Count: count, Memory: 1 << 40}
+	}))
+	e.synced()
+	return h, ref, e
+}
+
 // TestPreparedSandbox: a revision at zero keeps one prepared sandbox,
 // which is no Pod, no endpoint and no ready capacity; the scale-up from
 // zero starts it (the instance is the sandbox) and the next is prepared;
 // a Secret the revision reads changing drops it for a new one; the
 // revision's removal leaves nothing.
 func TestPreparedSandbox(t *testing.T) {
-	h := "runc"
-	requireHandler(t, h)
-	ref := runtimeInfoImage(t)
-	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
-		o.Prepared = &PreparedBudget{Count: 4, Memory: 1 << 40}
-	}))
-	e.synced()
+	h, ref, e := preparedEnv(t, 4)
 	e.setSecret("ns1", "creds", map[string]string{"password": "one"})
 	name := uniqueName("prep")
 	rev := newRev(t, "ns1", name, h, ref, func(r *servingv1.Revision) {
@@ -146,13 +153,7 @@ func TestPreparedSandbox(t *testing.T) {
 // TestPreparedBudget: with room for one sandbox, the revision requested
 // last has it (LRU by last request), and the count is never exceeded.
 func TestPreparedBudget(t *testing.T) {
-	h := "runc"
-	requireHandler(t, h)
-	ref := runtimeInfoImage(t)
-	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
-		o.Prepared = &PreparedBudget{Count: 1, Memory: 1 << 40}
-	}))
-	e.synced()
+	h, ref, e := preparedEnv(t, 1)
 	a, b := uniqueName("lru-a"), uniqueName("lru-b")
 	revA, revB := newRev(t, "ns1", a, h, ref), newRev(t, "ns1", b, h, ref)
 	e.resolveAndEnsure(revA)
@@ -180,13 +181,7 @@ func TestPreparedBudget(t *testing.T) {
 // prepared; once the requests stop, one sandbox is left and no pod outside
 // the budget (a sandbox dropped during its preparation is stopped too).
 func TestPreparedBudgetChurn(t *testing.T) {
-	h := "runc"
-	requireHandler(t, h)
-	ref := runtimeInfoImage(t)
-	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
-		o.Prepared = &PreparedBudget{Count: 1, Memory: 1 << 40}
-	}))
-	e.synced()
+	h, ref, e := preparedEnv(t, 1)
 	var names []string
 	for i := range 4 {
 		name := uniqueName(fmt.Sprintf("churn-%d", i))
@@ -222,13 +217,7 @@ func TestPreparedBudgetChurn(t *testing.T) {
 // for a successor but stops the prepared sandboxes, which nothing would
 // use.
 func TestDetachStopsPreparedSandboxes(t *testing.T) {
-	h := "runc"
-	requireHandler(t, h)
-	ref := runtimeInfoImage(t)
-	e := newEnv(t, []string{h}, withShims(), withOptions(func(o *Options) {
-		o.Prepared = &PreparedBudget{Count: 4, Memory: 1 << 40}
-	}))
-	e.synced()
+	h, ref, e := preparedEnv(t, 4)
 	name := uniqueName("detach")
 	rev := newRev(t, "ns1", name, h, ref, func(r *servingv1.Revision) {
 		r.Annotations = map[string]string{"autoscaling.knative.dev/min-scale": "1"}
