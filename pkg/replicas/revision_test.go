@@ -3,6 +3,8 @@ package replicas
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,9 +350,19 @@ func readThrough(t *testing.T, e *env, rev, volume, p string) string {
 		t.Fatalf("%d instances, want 1", len(eps))
 	}
 	idx := map[string]string{"creds": "0", "proj": "1"}[volume]
-	b, err := os.ReadFile(filepath.Join(e.dir, "pods", eps[0].ID, "volumes", idx, p))
-	if err != nil {
-		t.Fatal(err)
+	// A read that resolves ..data just before an update removes the
+	// directory it named finds nothing for an instant (the kubelet's atomic
+	// writer has the same window): it is tried again, a bounded few times.
+	file := filepath.Join(e.dir, "pods", eps[0].ID, "volumes", idx, p)
+	for try := 0; ; try++ {
+		b, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) && try < 20 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	return string(b)
 }
