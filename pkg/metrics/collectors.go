@@ -43,7 +43,11 @@ type scaleCollector struct {
 // AddAutoscaler registers the autoscaler gauges, read from scale at each
 // scrape; revisions that scale no longer returns are gone from them.
 func (m *Metrics) AddAutoscaler(scale func() []Scale) error {
-	return m.reg.Register(scaleCollector{m, scale})
+	if err := m.reg.Register(scaleCollector{m, scale}); err != nil {
+		return err
+	}
+	m.scale.Store(&scale)
+	return nil
 }
 
 func (c scaleCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -86,6 +86,9 @@ type Metrics struct {
 	pullBytes   prometheus.Counter
 
 	starts starts
+
+	// scale is what AddAutoscaler registered, for Totals.
+	scale atomic.Pointer[func() []Scale]
 }
 
 // handleKey names the series of one revision and response code.
