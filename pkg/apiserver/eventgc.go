@@ -112,8 +112,8 @@ func (s *Server) expireEvents(events map[string]map[string]seenEvent, cutoff tim
 	}
 }
 
-// trimEvents deletes the least recently seen Events of a namespace beyond
-// MaxEventsPerNamespace.
+// trimEvents deletes the least recently seen Events of a namespace that
+// holds more than MaxEventsPerNamespace, down to nine tenths of it.
 func (s *Server) trimEvents(ns map[string]seenEvent) {
 	evs := make([]seenEvent, 0, len(ns))
 	for _, e := range ns {
@@ -122,7 +122,12 @@ func (s *Server) trimEvents(ns map[string]seenEvent) {
 	slices.SortFunc(evs, func(a, b seenEvent) int {
 		return cmp.Or(a.seen.Compare(b.seen), cmp.Compare(a.rev, b.rev))
 	})
-	for _, e := range evs[:len(evs)-s.limits.MaxEventsPerNamespace] {
+	// Down to nine tenths of the cap, not to the cap: the namespace is
+	// then sorted once per tenth of its cap of new Events, not for each.
+	// (A burst of Events, such as making a few hundred Services, sorted
+	// the whole namespace for every one of them.)
+	keep := s.limits.MaxEventsPerNamespace - s.limits.MaxEventsPerNamespace/10
+	for _, e := range evs[:len(evs)-keep] {
 		if s.deleteEvent(e) {
 			// Not counted again before the watch reports the deletion.
 			delete(ns, e.key.Name)

@@ -114,7 +114,7 @@ type EventLimits struct {
 	// (kube-apiserver's --event-ttl).
 	TTL Duration `json:"ttl,omitempty"`
 	// MaxPerNamespace Events are kept in a namespace; beyond, the least
-	// recently updated are deleted.
+	// recently updated are deleted, down to nine tenths of it.
 	MaxPerNamespace int `json:"maxPerNamespace,omitempty"`
 }
 
