@@ -43,7 +43,10 @@ import (
 // zero. It reports the Go heap in use after a GC and the process's RSS per
 // step, and the bytes per Service between steps. With
 // KNBOX_HEAP_PROFILE=dir it writes a heap profile per step there (go tool
-// pprof -sample_index=inuse_space), and the goroutines by stack;
+// pprof -sample_index=inuse_space), and the goroutines by stack, and one
+// (idle-heap-N-settled.pprof) 10 s earlier: what the server allocates at
+// rest is `go tool pprof -sample_index=alloc_space -base
+// idle-heap-N-settled.pprof idle-heap-N.pprof`;
 // KNBOX_IDLE_DB=dir keeps a copy of the store's file per step (the lines
 // "knbox.db", "objects" and "event log" describe it); KNBOX_IDLE_STEPS=100,300 sets the
 // steps; KNBOX_IDLE_SETTLE=150s waits that long at each step before it
@@ -132,6 +135,7 @@ func benchIdle(b *testing.B, separate bool) {
 	type step struct {
 		services    int
 		heap, rss   uint64
+		restRate    float64 // bytes allocated per second at rest
 		goroutines  int
 		heapProfile string
 		detail      string
@@ -144,29 +148,40 @@ func benchIdle(b *testing.B, separate bool) {
 		}
 		settle = d
 	}
+	// What the server allocates at rest, over restSample after the
+	// settle: the work it still does with every Service at zero (and, in
+	// this process, the test's own share).
+	const restSample = 10 * time.Second
+	allocsNow := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
 	measure := func(n int) step {
 		time.Sleep(settle) // let what the last step started settle (not a timed assertion)
 		if separate {
-			heap, goroutines := scrapeGo(b, metricsURL)
+			_, _, before := scrapeGo(b, metricsURL)
+			time.Sleep(restSample)
+			heap, goroutines, after := scrapeGo(b, metricsURL)
 			return step{services: n, heap: heap, rss: rssOf(b, srv.Process.Pid), goroutines: goroutines,
-				detail: rssDetail(b, srv.Process.Pid) + "\n      " + dbDetail(b, cfg.DataDir, n)}
+				restRate: float64(after-before) / restSample.Seconds(),
+				detail:   rssDetail(b, srv.Process.Pid) + "\n      " + dbDetail(b, cfg.DataDir, n)}
 		}
+		before := allocsNow()
+		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" { // the base of what is allocated at rest
+			writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("idle-heap-%d-settled.pprof", n)))
+		}
+		time.Sleep(restSample)
+		restRate := float64(allocsNow()-before) / restSample.Seconds()
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(),
+		s := step{services: n, heap: ms.HeapInuse, rss: rss(b), goroutines: runtime.NumGoroutine(), restRate: restRate,
 			detail: memDetail(b) + "\n      " + dbDetail(b, cfg.DataDir, n)}
 		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" {
 			s.heapProfile = filepath.Join(dir, fmt.Sprintf("idle-heap-%d.pprof", n))
-			f, err := os.Create(s.heapProfile)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
+			writeHeapProfile(b, s.heapProfile)
 			// And the goroutines, grouped by stack: what is still running.
 			g, err := os.Create(filepath.Join(dir, fmt.Sprintf("idle-goroutines-%d.txt", n)))
 			if err != nil {
@@ -240,8 +255,8 @@ func benchIdle(b *testing.B, separate bool) {
 		steps = append(steps, measure(target))
 	}
 	for i, s := range steps {
-		line := fmt.Sprintf("%4d Services at zero: heap in use %6.1f MiB, RSS %6.1f MiB, %5d goroutines", s.services,
-			float64(s.heap)/(1<<20), float64(s.rss)/(1<<20), s.goroutines)
+		line := fmt.Sprintf("%4d Services at zero: heap in use %6.1f MiB, RSS %6.1f MiB, %5d goroutines, allocating %6.1f KiB/s at rest", s.services,
+			float64(s.heap)/(1<<20), float64(s.rss)/(1<<20), s.goroutines, s.restRate/1024)
 		if i > 0 {
 			p := steps[i-1]
 			per := float64(s.services - p.services)
@@ -475,7 +490,19 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // scrapeGo reads go_memstats_heap_inuse_bytes and go_goroutines from a
 // /metrics page.
-func scrapeGo(t testing.TB, url string) (heap uint64, goroutines int) {
+// writeHeapProfile writes this process's heap profile to path.
+func writeHeapProfile(t testing.TB, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scrapeGo(t testing.TB, url string) (heap uint64, goroutines int, allocated uint64) {
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -496,9 +523,11 @@ func scrapeGo(t testing.TB, url string) (heap uint64, goroutines int) {
 			heap = uint64(v)
 		case "go_goroutines":
 			goroutines = int(v)
+		case "go_memstats_alloc_bytes_total":
+			allocated = uint64(v)
 		}
 	}
-	return heap, goroutines
+	return heap, goroutines, allocated
 }
 
 // awaitEvery checks cond every interval until it holds, for at most timeout.
