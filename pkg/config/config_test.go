@@ -68,7 +68,7 @@ func TestDefaults(t *testing.T) {
 			EphemeralStorage:  EphemeralStorageLimits{Interval: Duration(10 * time.Second), MaxFiles: 500000, MaxDepth: 256},
 			InstanceDNS:       DNSLimits{MaxForwarding: 256, ForwardTimeout: Duration(2 * time.Second)},
 			InstanceAPI:       InstanceAPILimits{MaxConnections: 32},
-			Memory:            MemoryLimits{GCPercent: 50},
+			Memory:            MemoryLimits{GCPercent: 50, Rest: MemoryRestLimits{After: Duration(30 * time.Second), GCPercent: 10, QuietBytesPerSecond: 1 << 20}},
 			PreparedSandboxes: PreparedSandboxLimits{Count: 16, Memory: 256 << 20},
 			IdleShims:         IdleShimLimits{Count: 9, KeepFor: Duration(10 * time.Minute)},
 		},

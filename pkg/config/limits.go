@@ -88,6 +88,28 @@ type MemoryLimits struct {
 	// free memory to the system sooner, at the cost of CPU (up to half of
 	// it when the live data itself nears the limit). Zero: none.
 	SoftLimit ByteSize `json:"softLimit,omitempty"`
+	// Rest is what the collector does once the process has been quiet for
+	// a while: a server with every Service at zero allocates little, so a
+	// low target there costs little CPU and holds less memory.
+	Rest MemoryRestLimits `json:"rest,omitempty"`
+}
+
+// MemoryRestLimits: once knbox has allocated less than QuietBytesPerSecond
+// (over the last ten seconds) for After, the collector's target is
+// GCPercent and one collection returns every free page to the system (as
+// Java's G1 does at rest since JEP 346); once it allocates more,
+// limits.memory.gcPercent is back.
+// GOGC in the environment turns it off, as it overrides gcPercent.
+type MemoryRestLimits struct {
+	// Disabled: the target stays limits.memory.gcPercent.
+	Disabled bool `json:"disabled,omitempty"`
+	// After is how long the process has to be quiet.
+	After Duration `json:"after,omitempty"`
+	// GCPercent is the collector's target at rest (GOGC).
+	GCPercent int `json:"gcPercent,omitempty"`
+	// QuietBytesPerSecond: the process is quiet while it allocates less
+	// than this much per second, over the last ten seconds.
+	QuietBytesPerSecond ByteSize `json:"quietBytesPerSecond,omitempty"`
 }
 
 // InstanceAPILimits bound what one instance may hold of the API endpoint
@@ -302,6 +324,16 @@ const (
 	// Services; at rest it costs nothing, and the request path hardly
 	// allocates).
 	DefaultGCPercent = 50
+
+	// DefaultRestAfter, DefaultRestGCPercent, DefaultRestQuietBytes: a
+	// knbox serve with every Service at zero allocates 100-300 KiB/s
+	// over ten seconds (a Prometheus scrape every second included),
+	// making or updating Services several MiB/s. At rest the collector then runs about once per
+	// tenth of the live data allocated: at 500 Services (~60 MiB live)
+	// once a minute or so. BenchmarkIdleServer prints what it saves.
+	DefaultRestAfter      = 30 * time.Second
+	DefaultRestGCPercent  = 10
+	DefaultRestQuietBytes = 1 << 20
 )
 
 func (l *Limits) applyDefaults() {
@@ -321,6 +353,9 @@ func (l *Limits) applyDefaults() {
 	defDuration(&r.ReadHeaderTimeout, DefaultRouterReadHeaderTimeout)
 	defDuration(&r.IdleTimeout, DefaultRouterIdleTimeout)
 	defInt(&l.Memory.GCPercent, DefaultGCPercent)
+	defDuration(&l.Memory.Rest.After, DefaultRestAfter)
+	defInt(&l.Memory.Rest.GCPercent, DefaultRestGCPercent)
+	defBytes(&l.Memory.Rest.QuietBytesPerSecond, DefaultRestQuietBytes)
 	s := &l.Store
 	defInt(&s.EventLogSize, DefaultEventLogSize)
 	defBytes(&s.EventLogBytes, DefaultEventLogBytes)
@@ -410,6 +445,9 @@ func (l *Limits) validate() error {
 		errs = append(errs, fmt.Errorf("limits.router.readTimeout: must not be negative, was %s", time.Duration(r.ReadTimeout)))
 	}
 	pos("memory.gcPercent", int64(l.Memory.GCPercent))
+	posDur("memory.rest.after", l.Memory.Rest.After)
+	pos("memory.rest.gcPercent", int64(l.Memory.Rest.GCPercent))
+	pos("memory.rest.quietBytesPerSecond", int64(l.Memory.Rest.QuietBytesPerSecond))
 	if l.Memory.SoftLimit < 0 {
 		errs = append(errs, fmt.Errorf("limits.memory.softLimit: must not be negative (0: none), was %d", l.Memory.SoftLimit))
 	}

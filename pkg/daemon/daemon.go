@@ -594,7 +594,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		watchDomainConfig(runCtx, kube, c, fileDomain, log.With("component", "config"))
 	}
 	inputs.Start(runCtx.Done())
-	done := make(chan struct{}, 6)
+	done := make(chan struct{}, 7)
+	go func() { defer func() { done <- struct{}{} }(); restGC(runCtx, cfg.Limits.Memory, log) }()
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()
@@ -699,7 +700,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		shutdown(regSrv, apiShutdownTimeout)
 	}
 	cancel()
-	for range 6 {
+	for range 7 {
 		<-done
 	}
 	inputs.Shutdown()
