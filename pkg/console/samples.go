@@ -17,7 +17,8 @@ type Totals struct {
 	// Requests is revision_request_count summed over the response codes.
 	Requests float64
 	// Latency are the cumulative counts of revision_request_latencies by
-	// upper bound (Options.LatencyBounds, then +Inf).
+	// upper bound (Options.LatencyBounds, then +Inf); empty when the
+	// revision has served no request.
 	Latency []uint64
 	// Instances is autoscaler_actual_pods; -1: unknown.
 	Instances float64
@@ -60,12 +61,12 @@ type sampler struct {
 	interval time.Duration
 
 	mu    sync.Mutex
-	rings map[string]*ring // by namespace/revision
+	rings map[revKey]*ring
 	round uint64
 }
 
 func newSampler(totals func() ([]Totals, error), bounds []float64, interval time.Duration, samples int) *sampler {
-	return &sampler{totals: totals, bounds: bounds, samples: samples, interval: interval, rings: map[string]*ring{}}
+	return &sampler{totals: totals, bounds: bounds, samples: samples, interval: interval, rings: map[revKey]*ring{}}
 }
 
 // run samples until ctx ends.
@@ -96,7 +97,7 @@ func (s *sampler) sample(now time.Time) {
 	defer s.mu.Unlock()
 	s.round++
 	for _, t := range ts {
-		k := t.Namespace + "/" + t.Revision
+		k := revKey{t.Namespace, t.Revision}
 		r := s.rings[k]
 		if r == nil {
 			r = &ring{}
@@ -108,7 +109,7 @@ func (s *sampler) sample(now time.Time) {
 			if dt := now.Sub(r.at).Seconds(); dt > 0 && t.Requests >= r.last.Requests {
 				p.Rate = (t.Requests - r.last.Requests) / dt
 			}
-			if len(r.last.Latency) == len(t.Latency) {
+			if len(t.Latency) > 0 && len(r.last.Latency) == len(t.Latency) {
 				d := make([]uint64, len(t.Latency))
 				for i := range d {
 					if t.Latency[i] >= r.last.Latency[i] {
@@ -132,11 +133,14 @@ func (s *sampler) sample(now time.Time) {
 	}
 }
 
+// revKey names a revision: namespace, name.
+type revKey struct{ namespace, revision string }
+
 // series returns a copy of a revision's points, oldest first.
 func (s *sampler) series(namespace, revision string) []Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rings[namespace+"/"+revision]
+	r := s.rings[revKey{namespace, revision}]
 	if r == nil {
 		return nil
 	}

@@ -167,10 +167,10 @@ func benchIdle(b *testing.B, separate bool) {
 				restRate: float64(after-before) / restSample.Seconds(),
 				detail:   rssDetail(b, srv.Process.Pid) + "\n      " + dbDetail(b, cfg.DataDir, n)}
 		}
-		before := allocsNow()
 		if dir := os.Getenv("KNBOX_HEAP_PROFILE"); dir != "" { // the base of what is allocated at rest
 			writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("idle-heap-%d-settled.pprof", n)))
 		}
+		before := allocsNow()
 		time.Sleep(restSample)
 		restRate := float64(allocsNow()-before) / restSample.Seconds()
 		runtime.GC()

@@ -17,7 +17,8 @@ type RevisionTotals struct {
 	Requests float64
 	// Latency is revision_request_latencies (milliseconds) summed over the
 	// response codes: cumulative counts by upper bound, in the order of
-	// LatencyBounds, the last being +Inf.
+	// LatencyBounds, the last being +Inf; nil when the revision has served
+	// no request.
 	Latency []uint64
 	// Instances is autoscaler_actual_pods; -1 when the autoscaler has no
 	// decision for the revision.
@@ -40,7 +41,7 @@ func (m *Metrics) Totals() ([]RevisionTotals, error) {
 	get := func(k key) *RevisionTotals {
 		t := byRev[k]
 		if t == nil {
-			t = &RevisionTotals{Namespace: k.ns, Revision: k.rev, Instances: -1, Latency: make([]uint64, len(latencyBuckets)+1)}
+			t = &RevisionTotals{Namespace: k.ns, Revision: k.rev, Instances: -1}
 			byRev[k] = t
 		}
 		return t
@@ -72,6 +73,9 @@ func (m *Metrics) Totals() ([]RevisionTotals, error) {
 	each(m.requests, func(t *RevisionTotals, d *dto.Metric) { t.Requests += d.GetCounter().GetValue() })
 	each(m.latencies, func(t *RevisionTotals, d *dto.Metric) {
 		h := d.GetHistogram()
+		if t.Latency == nil {
+			t.Latency = make([]uint64, len(latencyBuckets)+1)
+		}
 		for i, b := range h.GetBucket() {
 			if i < len(latencyBuckets) {
 				t.Latency[i] += b.GetCumulativeCount()

@@ -9,7 +9,8 @@ import (
 )
 
 // TestTotals: the console's totals are the registry's revision counters,
-// latency buckets summed over response codes, and actual pods.
+// latency buckets summed over response codes, and actual pods (a revision
+// the autoscaler knows and that served nothing has no latency buckets).
 func TestTotals(t *testing.T) {
 	t.Parallel()
 	m := New(Options{})
@@ -17,7 +18,7 @@ func TestTotals(t *testing.T) {
 		m.count(&router.RequestInfo{Namespace: "default", Revision: "r1", Instance: "i", Code: code, Duration: 15 * time.Millisecond})
 	}
 	m.count(&router.RequestInfo{Namespace: "other", Revision: "r2", Code: 200, Duration: time.Hour})
-	if err := m.AddAutoscaler(func() []Scale { return []Scale{{Namespace: "default", Revision: "r1", Actual: 2}} }); err != nil {
+	if err := m.AddAutoscaler(func() []Scale { return []Scale{{Namespace: "default", Revision: "r1", Actual: 2}, {Namespace: "default", Revision: "idle"}} }); err != nil {
 		t.Fatal(err)
 	}
 	ts, err := m.Totals()
@@ -28,8 +29,11 @@ func TestTotals(t *testing.T) {
 	for _, x := range ts {
 		got[x.Namespace+"/"+x.Revision] = x
 	}
-	r1, r2 := got["default/r1"], got["other/r2"]
-	if len(got) != 2 || r1.Requests != 3 || r1.Instances != 2 || r2.Requests != 1 || r2.Instances != -1 {
+	r1, r2, idle := got["default/r1"], got["other/r2"], got["default/idle"]
+	if idle.Revision != "idle" || idle.Instances != 0 || idle.Requests != 0 || idle.Latency != nil {
+		t.Errorf("a revision at zero that served nothing: %+v", idle)
+	}
+	if len(got) != 3 || r1.Requests != 3 || r1.Instances != 2 || r2.Requests != 1 || r2.Instances != -1 {
 		t.Fatalf("totals %+v", ts)
 	}
 	if n := len(LatencyBounds()); len(r1.Latency) != n+1 {
