@@ -18,7 +18,9 @@ func TestTotals(t *testing.T) {
 		m.count(&router.RequestInfo{Namespace: "default", Revision: "r1", Instance: "i", Code: code, Duration: 15 * time.Millisecond})
 	}
 	m.count(&router.RequestInfo{Namespace: "other", Revision: "r2", Code: 200, Duration: time.Hour})
-	if err := m.AddAutoscaler(func() []Scale { return []Scale{{Namespace: "default", Revision: "r1", Actual: 2}, {Namespace: "default", Revision: "idle"}} }); err != nil {
+	if err := m.AddAutoscaler(func() []Scale {
+		return []Scale{{Namespace: "default", Revision: "r1", Actual: 2}, {Namespace: "default", Revision: "idle"}}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ts, err := m.Totals()
