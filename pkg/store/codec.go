@@ -264,6 +264,27 @@ func encodeRecordSize(r record) ([]byte, int64) {
 // decodeRecord decodes an event stored under revision key k. With value
 // false it skips the value (cheap: nothing is copied or decompressed);
 // otherwise it copies the value out of b, decompressed.
+// recordIn says whether the event record b is of f's resource (and
+// namespace) by reading its key in place: a watch resuming from far back
+// scans the log past thousands of other resources' records, and decoding
+// each one's key allocated three strings. ok is false when b is not a
+// record's encoding (decodeRecord says why).
+func recordIn(b []byte, f filter) (in, ok bool) {
+	if len(b) < 2 {
+		return false, false
+	}
+	b = b[2:]
+	var parts [2][]byte // resource, namespace
+	for i := range parts {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || n > uint64(len(b)-w) {
+			return false, false
+		}
+		parts[i], b = b[w:w+int(n)], b[w+int(n):]
+	}
+	return string(parts[0]) == f.resource && (f.namespace == "" || string(parts[1]) == f.namespace), true
+}
+
 func decodeRecord(k, b []byte, value bool) (record, error) {
 	rev, err := decodeRevision(k)
 	if err != nil {

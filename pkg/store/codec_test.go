@@ -67,6 +67,12 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil || head.size() != r.size() {
 			t.Fatalf("decoding without the value: %+v, %v; with it: %+v", head, err, r)
 		}
+		// Reading the key in place agrees with decoding it.
+		for _, f := range []filter{{r.key.Resource, ""}, {r.key.Resource, r.key.Namespace}, {r.key.Resource, r.key.Namespace + "x"}, {r.key.Resource + "x", ""}} {
+			if in, ok := recordIn(b, f); !ok || in != f.match(r.key) {
+				t.Fatalf("recordIn(%q, %+v) = %v, %v; the key is %+v", b, f, in, ok, r.key)
+			}
+		}
 		// Uvarints have redundant encodings; compare decoded forms.
 		r2, err := decodeRecord(k, encodeRecord(r), true)
 		if err != nil || !sameRecord(r, r2) {

@@ -401,19 +401,23 @@ func logChunk(tx *bolt.Tx, f filter, from, until, maxBytes int64) ([]Event, int6
 	)
 	c := tx.Bucket(bucketEvents).Cursor()
 	for k, v := c.Seek(encodeRevision(from + 1)); k != nil && size < maxBytes; k, v = c.Next() {
+		rev, err := decodeRevision(k)
+		if err != nil {
+			return nil, 0, fmt.Errorf("event key: %w", err)
+		}
+		if rev > until {
+			break
+		}
+		if rev != last+1 {
+			return nil, 0, fmt.Errorf("watch from %d: event %d was compacted: %w", from, last+1, ErrGone)
+		}
+		last = rev
+		if in, ok := recordIn(v, f); ok && !in {
+			continue
+		}
 		r, err := decodeRecord(k, v, false)
 		if err != nil {
 			return nil, 0, err
-		}
-		if r.rev > until {
-			break
-		}
-		if r.rev != last+1 {
-			return nil, 0, fmt.Errorf("watch from %d: event %d was compacted: %w", from, last+1, ErrGone)
-		}
-		last = r.rev
-		if !f.match(r.key) {
-			continue
 		}
 		if r.stripped {
 			return nil, 0, fmt.Errorf("watch from %d: event %d lost its value: %w", from, r.rev, ErrGone)
