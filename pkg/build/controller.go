@@ -22,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
@@ -31,6 +29,7 @@ import (
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/kubeclient"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
 )
@@ -69,10 +68,10 @@ type Logs interface {
 type Options struct {
 	// Client reads and writes Builds (and their status).
 	Client dynamic.Interface
-	// Informers is the shared informer factory of the core and node APIs:
-	// Secrets, ConfigMaps, ServiceAccounts and RuntimeClasses come from its
-	// caches. New registers its informers; start the factory after that.
-	Informers informers.SharedInformerFactory
+	// Informers are the shared informers of the core and node APIs:
+	// Secrets, ConfigMaps, ServiceAccounts and RuntimeClasses come from their
+	// caches. New registers its informers; start them after that.
+	Informers *kubeclient.Informers
 	Pods      Pods
 	Logs      Logs
 	// DefaultRuntimeClass is the RuntimeClass whose handler runs the steps
@@ -137,15 +136,14 @@ func New(opts Options) (*Controller, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		queue:   workqueue.NewNamedRateLimitingQueue(workqueue.DefaultControllerRateLimiter(), "Build"),
-		secrets: opts.Informers.Core().V1().Secrets().Lister(),
-		cms:     opts.Informers.Core().V1().ConfigMaps().Lister(),
-		sas:     opts.Informers.Core().V1().ServiceAccounts().Lister(),
-		rcs:     opts.Informers.Node().V1().RuntimeClasses().Lister(),
+		secrets: opts.Informers.Secrets().Lister(),
+		cms:     opts.Informers.ConfigMaps().Lister(),
+		sas:     opts.Informers.ServiceAccounts().Lister(),
+		rcs:     opts.Informers.RuntimeClasses().Lister(),
 		pods:    map[string]string{},
 		ended:   map[string]string{},
 	}
-	f := dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, 10*time.Minute)
-	c.informer = f.ForResource(GVR).Informer()
+	c.informer = kubeclient.NewDynamicInformer(opts.Client, GVR, 10*time.Minute)
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)

@@ -16,11 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"knative.dev/pkg/apis"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+
+	"github.com/knbox/knbox/pkg/kubeclient"
 )
 
 // deployOptions are the flags of `knbox deploy`.
@@ -154,7 +155,7 @@ func (s *session) deploy(ctx context.Context, out io.Writer, name string, o depl
 	if o.noWait {
 		return nil
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := kubeclient.NewForConfig(rc)
 	if err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func parseTags(flags []string) (map[string]string, error) {
 
 // waitDeployed shows the Service's progress until it is Ready for its
 // latest generation (and prints its URL), it fails, or timeout passes.
-func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface, kube kubernetes.Interface, svc *servingv1.Service, timeout time.Duration) error {
+func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface, kube *kubeclient.Clientset, svc *servingv1.Service, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	gen := svc.Generation
@@ -373,7 +374,7 @@ func waitDeployed(ctx context.Context, out io.Writer, sc servingclient.Interface
 					}
 				}
 				// The instances, as Pods: pulling and starting.
-				pods, err := kube.CoreV1().Pods(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
+				pods, err := kube.Pods(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=" + rev})
 				if err == nil {
 					for _, p := range pods.Items {
 						for _, c := range p.Status.ContainerStatuses {

@@ -25,10 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
+	"github.com/knbox/knbox/pkg/kubeclient"
 )
 
 // The builder contract of `knbox deploy --source` (README "Builds"): the
@@ -104,7 +104,7 @@ func deploySource(ctx context.Context, s *session, out io.Writer, svc string, o 
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := kubeclient.NewForConfig(rc)
 	if err != nil {
 		return err
 	}
@@ -255,8 +255,8 @@ func createBuild(ctx context.Context, dyn dynamic.Interface, ns, svc, tag string
 // edit): a caller who may not is told, and the build goes on, since an
 // admin may have granted the push otherwise; if the push is then refused,
 // the build's failure says what to ask for (pushHint).
-func ensureDeployer(ctx context.Context, out io.Writer, kube kubernetes.Interface, ns string) error {
-	sas := kube.CoreV1().ServiceAccounts(ns)
+func ensureDeployer(ctx context.Context, out io.Writer, kube *kubeclient.Clientset, ns string) error {
+	sas := kube.ServiceAccounts(ns)
 	if _, err := sas.Get(ctx, DeployerServiceAccount, metav1.GetOptions{}); apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		_, err := sas.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DeployerServiceAccount,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "knbox-deploy"}}}, metav1.CreateOptions{FieldManager: "knbox-deploy"})
@@ -271,7 +271,7 @@ func ensureDeployer(ctx context.Context, out io.Writer, kube kubernetes.Interfac
 	} else if err != nil {
 		return err
 	}
-	rbs := kube.RbacV1().RoleBindings(ns)
+	rbs := kube.RoleBindings(ns)
 	if rb, err := rbs.Get(ctx, deployerBinding, metav1.GetOptions{}); err == nil {
 		if rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == registryEditRole {
 			return nil

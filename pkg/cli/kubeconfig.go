@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/knbox/knbox/pkg/kubeclient"
 	"github.com/knbox/knbox/pkg/pki"
 	"github.com/knbox/knbox/pkg/serviceaccount"
 )
@@ -51,7 +51,7 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) ([]byte, time.Time, er
 		}
 	}
 	if ns, name, ok := serviceaccount.SplitUsername(o.User); ok {
-		kube, err := kubernetes.NewForConfig(rc)
+		kube, err := kubeclient.NewForConfig(rc)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -60,7 +60,7 @@ func Kubeconfig(ctx context.Context, o KubeconfigOptions) ([]byte, time.Time, er
 			secs := int64(o.Duration / time.Second)
 			tr.Spec.ExpirationSeconds = &secs
 		}
-		got, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, tr, metav1.CreateOptions{})
+		got, err := kube.ServiceAccounts(ns).CreateToken(ctx, name, tr, metav1.CreateOptions{})
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("request a token for %s: %w", o.User, err)
 		}

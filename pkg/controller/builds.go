@@ -9,13 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"knative.dev/pkg/apis"
 	"knative.dev/pkg/kmeta"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	buildv1alpha1 "github.com/knbox/knbox/pkg/apis/build/v1alpha1"
 	"github.com/knbox/knbox/pkg/apis/serving/v1alpha1"
+	"github.com/knbox/knbox/pkg/kubeclient"
 )
 
 // Reasons of a Revision that waits for its Build.
@@ -31,8 +31,7 @@ var buildGVR = buildv1alpha1.SchemeGroupVersion.WithResource("builds")
 // watchBuilds wakes, on every change of a Build, the Revisions of its
 // namespace that wait for a build.
 func (c *Controller) watchBuilds() {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(c.opts.Builds, c.opts.Resync)
-	inf := f.ForResource(buildGVR).Informer()
+	inf := kubeclient.NewDynamicInformer(c.opts.Builds, buildGVR, c.opts.Resync)
 	c.builds = inf.GetStore()
 	c.watch(inf, func(o metaObject) {
 		revs, err := c.revisions.Revisions(o.GetNamespace()).List(everything())

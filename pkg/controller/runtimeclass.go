@@ -8,7 +8,6 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	nodeclient "k8s.io/client-go/kubernetes/typed/node/v1"
 )
 
 // Metadata of the RuntimeClasses knbox registers.
@@ -34,15 +33,25 @@ type RuntimeHandler struct {
 	Unisolated string
 }
 
+// RuntimeClasses reads and writes RuntimeClasses: knbox's
+// kubeclient.Clientset, or client-go's typed client in tests.
+type RuntimeClasses interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*nodev1.RuntimeClass, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*nodev1.RuntimeClassList, error)
+	Create(ctx context.Context, rc *nodev1.RuntimeClass, opts metav1.CreateOptions) (*nodev1.RuntimeClass, error)
+	Update(ctx context.Context, rc *nodev1.RuntimeClass, opts metav1.UpdateOptions) (*nodev1.RuntimeClass, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
 // RegisterRuntimeClasses makes sure a RuntimeClass named after each working
 // handler exists (handler = its name), so that `kubectl get runtimeclass`
 // shows what this host can run and revisions can name them. One that knbox
 // registered earlier gets its labels and annotations brought up to date (a
 // process RuntimeClass from a knbox that did not mark it); one of such a
 // name that knbox did not register is left as it is.
-func RegisterRuntimeClasses(ctx context.Context, client nodeclient.RuntimeClassesGetter, handlers []RuntimeHandler) error {
+func RegisterRuntimeClasses(ctx context.Context, rcs RuntimeClasses, handlers []RuntimeHandler) error {
 	for _, h := range handlers {
-		if err := ensureRuntimeClass(ctx, client.RuntimeClasses(), runtimeClassFor(h)); err != nil {
+		if err := ensureRuntimeClass(ctx, rcs, runtimeClassFor(h)); err != nil {
 			return fmt.Errorf("register runtimeclass %s: %w", h.Name, err)
 		}
 	}
@@ -61,7 +70,7 @@ func runtimeClassFor(h RuntimeHandler) *nodev1.RuntimeClass {
 	return rc
 }
 
-func ensureRuntimeClass(ctx context.Context, rcs nodeclient.RuntimeClassInterface, rc *nodev1.RuntimeClass) error {
+func ensureRuntimeClass(ctx context.Context, rcs RuntimeClasses, rc *nodev1.RuntimeClass) error {
 	_, err := rcs.Create(ctx, rc, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err
@@ -96,11 +105,10 @@ func ensureRuntimeClass(ctx context.Context, rcs nodeclient.RuntimeClassInterfac
 // start would otherwise still admit Revisions. Revisions that name it fail
 // as for any missing handler. RuntimeClasses that knbox did not register,
 // and those named otherwise than their handler, stay.
-func RemoveRuntimeClasses(ctx context.Context, client nodeclient.RuntimeClassesGetter, handlers []string) error {
+func RemoveRuntimeClasses(ctx context.Context, rcs RuntimeClasses, handlers []string) error {
 	if len(handlers) == 0 {
 		return nil
 	}
-	rcs := client.RuntimeClasses()
 	list, err := rcs.List(ctx, metav1.ListOptions{LabelSelector: BuiltinLabel + "=true"})
 	if err != nil {
 		return fmt.Errorf("list runtimeclasses: %w", err)

@@ -21,7 +21,7 @@ func TestRuntimeClassesOfUnisolatedHandlers(t *testing.T) {
 	alias := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc-alias", Labels: map[string]string{BuiltinLabel: "true"}}, Handler: "runc"}
 	kube := fake.NewSimpleClientset(old, mine, alias)
 	const desc = "process does not isolate"
-	if err := RegisterRuntimeClasses(ctx, kube.NodeV1(), []RuntimeHandler{{Name: "process", Unisolated: desc}, {Name: "runc"}}); err != nil {
+	if err := RegisterRuntimeClasses(ctx, kube.NodeV1().RuntimeClasses(), []RuntimeHandler{{Name: "process", Unisolated: desc}, {Name: "runc"}}); err != nil {
 		t.Fatal(err)
 	}
 	get := func(name string) *nodev1.RuntimeClass {
@@ -41,7 +41,7 @@ func TestRuntimeClassesOfUnisolatedHandlers(t *testing.T) {
 		t.Errorf("the operator's RuntimeClass was changed: %v", rc.Labels)
 	}
 
-	if err := RemoveRuntimeClasses(ctx, kube.NodeV1(), []string{"process", "runc-nope"}); err != nil {
+	if err := RemoveRuntimeClasses(ctx, kube.NodeV1().RuntimeClasses(), []string{"process", "runc-nope"}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := kube.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
@@ -56,7 +56,7 @@ func TestRuntimeClassesOfUnisolatedHandlers(t *testing.T) {
 	if want := []string{"runc", "runc-alias", "trusted"}; !slices.Equal(names, want) {
 		t.Errorf("after removing process: %v, want %v", names, want)
 	}
-	if err := RemoveRuntimeClasses(ctx, kube.NodeV1(), nil); err != nil {
+	if err := RemoveRuntimeClasses(ctx, kube.NodeV1().RuntimeClasses(), nil); err != nil {
 		t.Error(err)
 	}
 }

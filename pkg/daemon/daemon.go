@@ -36,9 +36,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
@@ -54,6 +51,7 @@ import (
 	"github.com/knbox/knbox/pkg/controller"
 	"github.com/knbox/knbox/pkg/disk"
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/kubeclient"
 	"github.com/knbox/knbox/pkg/listen"
 	"github.com/knbox/knbox/pkg/listener"
 	"github.com/knbox/knbox/pkg/logs"
@@ -365,7 +363,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 
 	clientCfg := internalConfig(apiURL, creds.CACertPEM, internalToken)
-	kube, err := kubernetes.NewForConfig(clientCfg)
+	kube, err := kubeclient.NewForConfig(clientCfg)
 	if err != nil {
 		return fmt.Errorf("internal client: %w", err)
 	}
@@ -378,15 +376,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	// ones, as on a cluster.
 	events := record.NewBroadcaster(record.WithContext(runCtx))
 	defer events.Shutdown()
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	events.StartRecordingToSink(kube.EventSink())
 
 	// The runtime side. Probing the handlers takes a while: the API serves
 	// meanwhile, and the data plane starts once they are known.
 	handlers := selectRuntimes(runCtx, cfg, log.With("component", "runtime"))
-	if err := controller.RegisterRuntimeClasses(runCtx, kube.NodeV1(), runtimeHandlers(handlers)); err != nil {
+	if err := controller.RegisterRuntimeClasses(runCtx, kube.RuntimeClasses(), runtimeHandlers(handlers)); err != nil {
 		log.Error("runtime classes", "err", err)
 	}
-	if err := controller.RemoveRuntimeClasses(runCtx, kube.NodeV1(), disabledRuntimes(cfg)); err != nil {
+	if err := controller.RemoveRuntimeClasses(runCtx, kube.RuntimeClasses(), disabledRuntimes(cfg)); err != nil {
 		log.Error("runtime classes", "err", err)
 	}
 	egress, err := network.OpenEgress(runCtx, network.EgressConfig{
@@ -498,7 +496,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 		Ready:  func(rev string) int32 { return mgr.Ready(autoscaler.SplitKey(rev)) },
 	})
 	scaler := as.Revisions(serving.Autoscaler)
-	inputs := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithTransform(controller.TrimForCache))
+	inputs := kubeclient.NewInformers(kube, kubeclient.InformerOptions{Resync: 10 * time.Minute, Transform: controller.TrimForCache})
 	mgr, err = replicas.New(replicas.Options{
 		Pods:      pods,
 		Images:    images,

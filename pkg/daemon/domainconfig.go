@@ -8,13 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	routecfg "knative.dev/serving/pkg/reconciler/route/config"
 
 	"github.com/knbox/knbox/pkg/config"
 	"github.com/knbox/knbox/pkg/controller"
+	"github.com/knbox/knbox/pkg/kubeclient"
 )
 
 // Where config-domain can change without a restart: the ConfigMap Knative
@@ -30,11 +29,11 @@ const (
 
 // watchDomainConfig applies knative-serving/config-domain to c until ctx
 // ends; fileDomain is the config file's.
-func watchDomainConfig(ctx context.Context, kube kubernetes.Interface, c *controller.Controller, fileDomain *routecfg.Domain, log *slog.Logger) {
-	f := informers.NewSharedInformerFactoryWithOptions(kube, domainConfigMapResync, informers.WithNamespace(systemNamespace), informers.WithTransform(controller.TrimForCache),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+func watchDomainConfig(ctx context.Context, kube kubeclient.Interface, c *controller.Controller, fileDomain *routecfg.Domain, log *slog.Logger) {
+	f := kubeclient.NewInformers(kube, kubeclient.InformerOptions{Resync: domainConfigMapResync, Namespace: systemNamespace, Transform: controller.TrimForCache,
+		Tweak: func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", domainConfigMapName).String()
-		}))
+		}})
 	apply := func(obj interface{}) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok || cm.Name != domainConfigMapName {
@@ -48,7 +47,7 @@ func watchDomainConfig(ctx context.Context, kube kubernetes.Interface, c *contro
 		log.Info("config-domain changed", "namespace", systemNamespace, "resourceVersion", cm.ResourceVersion)
 		c.SetDomain(d)
 	}
-	_, _ = f.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = f.ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    apply,
 		UpdateFunc: func(_, n interface{}) { apply(n) },
 		DeleteFunc: func(interface{}) {

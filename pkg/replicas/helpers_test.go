@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/ptr"
@@ -30,6 +29,8 @@ import (
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/kubeclient"
+	"github.com/knbox/knbox/pkg/kubeclient/kubeclienttest"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/network"
 	"github.com/knbox/knbox/pkg/pod"
@@ -149,7 +150,7 @@ func newEnvWith(t testing.TB, kube *fake.Clientset, handlers []string, opts ...e
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := informers.NewSharedInformerFactory(kube, 0)
+	inf := kubeclient.NewInformers(kubeclienttest.Typed(kube), kubeclient.InformerOptions{})
 	o := Options{Pods: pods, Images: store, Logs: ls, Scale: e.scale, Informers: inf, Logger: log}
 	for _, f := range opts {
 		if f.m != nil {

@@ -16,13 +16,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/knbox/knbox/pkg/image"
+	"github.com/knbox/knbox/pkg/kubeclient"
 	"github.com/knbox/knbox/pkg/logs"
 	"github.com/knbox/knbox/pkg/pod"
 	"github.com/knbox/knbox/pkg/serviceaccount"
@@ -93,11 +93,11 @@ type Options struct {
 	Logs *logs.Store
 	// Scale decides how many instances each revision has.
 	Scale Scale
-	// Informers is the shared informer factory of the core and node APIs:
+	// Informers are the shared informers of the core and node APIs:
 	// Secrets, ConfigMaps, RuntimeClasses (and ServiceAccounts) come from
-	// its caches, and their changes update running instances. The Manager
-	// registers its informers in New; start the factory after that.
-	Informers informers.SharedInformerFactory
+	// their caches, and their changes update running instances. The Manager
+	// registers its informers in New; start them after that.
+	Informers *kubeclient.Informers
 	// ServiceAccounts adds the imagePullSecrets of a revision's
 	// ServiceAccount to its own, as Kubernetes' ServiceAccount admission
 	// does; set it only where the API serves ServiceAccounts.
@@ -223,20 +223,19 @@ func New(opts Options) (*Manager, error) {
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 
-	core := opts.Informers.Core().V1()
-	secrets, cms := core.Secrets(), core.ConfigMaps()
-	rcs := opts.Informers.Node().V1().RuntimeClasses()
+	inf := opts.Informers
+	secrets, cms, rcs := inf.Secrets(), inf.ConfigMaps(), inf.RuntimeClasses()
 	m.secrets, m.configMaps, m.runtimeClasses = secrets.Lister(), cms.Lister(), rcs.Lister()
 	m.watch(secrets.Informer(), "Secret")
 	m.watch(cms.Informer(), "ConfigMap")
 	m.watch(rcs.Informer(), "RuntimeClass")
 	if opts.ServiceAccounts {
-		sas := core.ServiceAccounts()
+		sas := inf.ServiceAccounts()
 		m.serviceAccounts = sas.Lister()
 		m.watch(sas.Informer(), "ServiceAccount")
 	}
 	if opts.Quota != nil {
-		rqs := core.ResourceQuotas()
+		rqs := inf.ResourceQuotas()
 		_, _ = rqs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj interface{}) { m.quotaChanged(namespaceOf(obj)) },
 			UpdateFunc: func(_, n interface{}) { m.quotaChanged(namespaceOf(n)) },

@@ -5,6 +5,8 @@ package deps
 
 import (
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,6 +52,7 @@ var forbidden = map[string][]string{
 	// Authorization and tokens are leaves the API server feeds.
 	"pkg/authz":          {"pkg/"},
 	"pkg/serviceaccount": {"pkg/"},
+	"pkg/kubeclient":     {"pkg/"},
 }
 
 // forbiddenOutside maps a package to modules outside knbox it must not
@@ -60,11 +63,28 @@ var forbiddenOutside = map[string][]string{
 	// pages resident, in knbox serve too: the CLI's commands are knbox's
 	// own, not kubectl's command libraries and cli-runtime's resource
 	// builder, which bring kustomize, starlark and gettext.
+	// Nor client-go's informer factory, whose every API group's informers
+	// reference the umbrella Clientset (see onlyImportedBy): knbox's
+	// informers are pkg/kubeclient's; its dynamic factory imports it too.
 	"cmd/knbox": {"k8s.io/kubectl/pkg/cmd/", "k8s.io/kubectl/pkg/util/i18n", "k8s.io/cli-runtime/pkg/resource",
-		"k8s.io/cli-runtime/pkg/genericclioptions", "sigs.k8s.io/kustomize/", "go.starlark.net/", "github.com/chai2010/gettext-go"},
-	"pkg/pod":  {"knative.dev/", "k8s.io/client-go/"},
-	"pkg/logs": {"knative.dev/", "k8s.io/"},
-	"pkg/dns":  {"knative.dev/", "k8s.io/"},
+		"k8s.io/cli-runtime/pkg/genericclioptions", "sigs.k8s.io/kustomize/", "go.starlark.net/", "github.com/chai2010/gettext-go",
+		"k8s.io/client-go/informers", "k8s.io/client-go/dynamic/dynamicinformer"},
+	// knbox's client makes the typed clients' requests itself.
+	"pkg/kubeclient": {"k8s.io/client-go/kubernetes/typed/", "k8s.io/client-go/applyconfigurations/", "k8s.io/client-go/informers"},
+	"pkg/pod":        {"knative.dev/", "k8s.io/client-go/"},
+	"pkg/logs":       {"knative.dev/", "k8s.io/"},
+	"pkg/dns":        {"knative.dev/", "k8s.io/"},
+}
+
+// onlyImportedBy maps a package outside knbox to the only packages that may
+// import it among ./cmd/knbox's dependencies.
+var onlyImportedBy = map[string][]string{
+	// client-go's umbrella Clientset references every API group's typed
+	// client and apply configurations: knbox speaks through pkg/kubeclient.
+	// Pod Security admission imports it for helpers knbox does not call
+	// (NamespaceGetterFromClient, PodListerFromClient), which the linker
+	// drops with all they reference (TestBinaryLinksNoGeneratedClients).
+	"k8s.io/client-go/kubernetes": {"k8s.io/pod-security-admission/admission"},
 }
 
 func TestDependencyDirection(t *testing.T) {
@@ -103,6 +123,54 @@ func TestDependencyDirection(t *testing.T) {
 					t.Errorf("%s depends on %s (forbidden: %s)", pkg, dep, ban)
 				}
 			}
+		}
+	}
+}
+
+func TestOnlyImportedBy(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./../../cmd/knbox").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list cmd/knbox: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if allowed, ok := onlyImportedBy[imp]; ok && !slices.Contains(allowed, f[0]) {
+				t.Errorf("%s imports %s (only %s may)", f[0], imp, strings.Join(allowed, ", "))
+			}
+		}
+	}
+}
+
+// linkedNot are the prefixes of symbols the binary must not link, whatever
+// imports their packages: client-go's generated clients, apply
+// configurations and informers, whose code and tables stay resident in
+// knbox serve. pkg/kubeclient does what knbox needs of them.
+var linkedNot = []string{"k8s.io/client-go/kubernetes.", "k8s.io/client-go/kubernetes/typed/", "k8s.io/client-go/applyconfigurations/",
+	"k8s.io/client-go/informers", "k8s.io/client-go/dynamic/dynamicinformer."}
+
+func TestBinaryLinksNoGeneratedClients(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "knbox")
+	if out, err := exec.Command("go", "build", "-o", bin, "./../../cmd/knbox").CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/knbox: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool nm: %v", err)
+	}
+	found := map[string]int{}
+	example := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, p := range linkedNot {
+			if strings.Contains(line, p) {
+				found[p]++
+				example[p] = strings.TrimSpace(line)
+			}
+		}
+	}
+	for _, p := range linkedNot {
+		if found[p] > 0 {
+			t.Errorf("the binary links %d symbols of %s..., e.g. %s", found[p], p, example[p])
 		}
 	}
 }
