@@ -119,7 +119,10 @@ type runSpec struct {
 }
 
 // revision is the Manager's state of one revision. Its loop (run) keeps
-// the number of instances at the wanted scale.
+// the number of instances at the wanted scale. The loop's goroutine runs
+// only while the revision has work (poke starts it; it ends once nothing
+// is left to do and no timer is due), so that a revision at rest, at zero
+// most of all, costs no goroutine.
 type revision struct {
 	m   *Manager
 	key key
@@ -130,6 +133,9 @@ type revision struct {
 	done   chan struct{} // closed when the loop and all instance stops ended
 	wake   chan struct{}
 	wg     sync.WaitGroup // instance stops
+	// running: the loop's goroutine runs; loopEnded: the loop has ended
+	// for good (the revision is gone). Both are guarded by m.loopMu.
+	running, loopEnded bool
 
 	mu       sync.Mutex
 	rev      *servingv1.Revision
@@ -446,11 +452,44 @@ func (r *revision) inputChanged(src string) {
 	r.poke()
 }
 
+// poke makes the loop run: it wakes the loop's goroutine, or starts one
+// when none runs.
 func (r *revision) poke() {
+	m := r.m
+	m.loopMu.Lock()
+	defer m.loopMu.Unlock()
+	if r.running {
+		// Sent under loopMu: the loop looks for it there before it ends
+		// its goroutine (idle), so no wake is lost.
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if r.loopEnded || m.loopsClosed {
+		return
+	}
+	r.running = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		r.run()
+	}()
+}
+
+// idle ends the loop's goroutine unless the loop was poked meanwhile; it
+// reports whether it ended it.
+func (r *revision) idle() bool {
+	r.m.loopMu.Lock()
+	defer r.m.loopMu.Unlock()
 	select {
-	case r.wake <- struct{}{}:
+	case <-r.wake:
+		return false
 	default:
 	}
+	r.running = false
+	return true
 }
 
 // wantLocked is the number of instances wanted now, given the autoscaler's
@@ -572,44 +611,67 @@ func (r *revision) ranIDs() []string {
 	return ids
 }
 
-// run is the revision's loop. It ends when the revision is removed and its
-// instances are gone, or at once when r.ctx ends.
+// run is the revision's loop (poke starts it). It returns when nothing is
+// left to do until the next poke; it ends for good when the revision is
+// removed and its instances are gone, or at once when r.ctx ends.
 func (r *revision) run() {
+	var timer *time.Timer
 	defer func() {
-		r.cancel()
-		r.wg.Wait()
-		r.mu.Lock()
-		drop := r.dropLogs && len(r.instances) == 0
-		r.mu.Unlock()
-		if drop {
-			r.m.retired(r)
+		if timer != nil {
+			timer.Stop()
 		}
-		r.m.forget(r)
-		close(r.done)
 	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
+		if r.ctx.Err() != nil {
+			r.end()
+			return
+		}
 		next := r.reconcile()
 		r.mu.Lock()
 		finished := r.removing && len(r.instances) == 0
 		r.mu.Unlock()
 		if finished {
+			r.end()
 			return
 		}
-		timer.Stop()
-		var tc <-chan time.Time
-		if next > 0 {
+		if next <= 0 {
+			if r.idle() {
+				return
+			}
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(next)
+		} else {
 			timer.Reset(next)
-			tc = timer.C
 		}
 		select {
 		case <-r.ctx.Done():
+			r.end()
 			return
 		case <-r.wake:
-		case <-tc:
+			timer.Stop()
+		case <-timer.C:
 		}
 	}
+}
+
+// end ends the loop for good: the instance stops end, the logs of a
+// retired revision go, and the Manager forgets it.
+func (r *revision) end() {
+	r.cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	drop := r.dropLogs && len(r.instances) == 0
+	r.mu.Unlock()
+	if drop {
+		r.m.retired(r)
+	}
+	r.m.forget(r)
+	r.m.loopMu.Lock()
+	r.loopEnded, r.running = true, false
+	r.m.loopMu.Unlock()
+	close(r.done)
 }
 
 // inputsRetry is how soon a revision that wants instances looks again
