@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -200,7 +202,7 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		log:         m.log.With("namespace", k.namespace, "revision", k.name),
 		done:        make(chan struct{}),
 		wake:        make(chan struct{}, 1),
-		rev:         rev.DeepCopy(),
+		rev:         keep(rev),
 		attempt:     time.Now(),
 		lastRequest: time.Now(),
 		dirty:       map[string]bool{},
@@ -212,7 +214,10 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 	if r.automount {
 		addAPIAccess(r.rev)
 	}
-	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
+	// The images' digests are in the status, which r.rev leaves out.
+	withStatus := *r.rev
+	withStatus.Status.ContainerStatuses = rev.Status.ContainerStatuses
+	r.spec, r.static = runSpecFor(&withStatus, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
 	// its deployment probe: it runs what the autoscaler says.
@@ -226,6 +231,18 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		r.log.Warn("revision cannot run", "reason", r.static.reason, "message", r.static.message)
 	}
 	return r
+}
+
+// keep is the copy of a Revision that a revision holds: its spec and the
+// metadata that its instances' environment and Pods show (name,
+// namespace, UID, labels, annotations). Its status and the rest of its
+// metadata (owner references, managedFields, ...) are read only when it is
+// first seen (newRevision), so that a revision at rest does not hold them.
+func keep(rev *servingv1.Revision) *servingv1.Revision {
+	k := &servingv1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: rev.Name, UID: rev.UID,
+		Labels: maps.Clone(rev.Labels), Annotations: maps.Clone(rev.Annotations)}}
+	rev.Spec.DeepCopyInto(&k.Spec)
+	return k
 }
 
 // claim takes over instances of an earlier process: those of this revision
@@ -414,7 +431,7 @@ func (r *revision) update(rev *servingv1.Revision) State {
 	desired, known := r.m.opts.Scale.Desired(r.key.namespace, r.key.name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rev = rev.DeepCopy()
+	r.rev = keep(rev)
 	if r.automount {
 		addAPIAccess(r.rev)
 	}
