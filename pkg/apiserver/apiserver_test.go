@@ -598,3 +598,65 @@ func TestCascadingDeleteByPages(t *testing.T) {
 		t.Errorf("unrelated configuration: %v", err)
 	}
 }
+
+// TestMissingOwnerCollects: a create or an update that gives an object an
+// owner that does not exist queues a garbage collector pass, which
+// deletes it; updates that leave the owner references alone do not
+// keep a dependent from its owner's cascade.
+func TestMissingOwnerCollects(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cfgs := e.serving.ServingV1().Configurations("default")
+	created := &servingv1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "created-orphan", Namespace: "default",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "gone", UID: "uid-gone"}}}}
+	created.Spec.Template.Spec.Containers = []corev1.Container{{Image: "img"}}
+	if _, err := cfgs.Create(ctx, created, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the configuration created with a missing owner to be collected", func() bool {
+		_, err := cfgs.Get(ctx, "created-orphan", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	mk := func(name string) *servingv1.Configuration {
+		cfg := &servingv1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		cfg.Spec.Template.Spec.Containers = []corev1.Container{{Image: "img"}}
+		cfg, err := cfgs.Create(ctx, cfg, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	orphan := mk("orphan")
+	orphan.OwnerReferences = []metav1.OwnerReference{{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "gone", UID: "uid-gone"}}
+	if _, err := cfgs.Update(ctx, orphan, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the configuration with a missing owner to be collected", func() bool {
+		_, err := cfgs.Get(ctx, "orphan", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+
+	svc, err := e.serving.ServingV1().Services("default").Create(ctx, ksvc("owner", "img"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := mk("dependent")
+	dep.OwnerReferences = []metav1.OwnerReference{{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
+	if dep, err = cfgs.Update(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dep.Status.LatestCreatedRevisionName = "dependent-00001"
+	if _, err := cfgs.UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfgs.Get(ctx, "dependent", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the dependent of a live owner: %v", err)
+	}
+	if err := e.serving.ServingV1().Services("default").Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the dependent to be collected with its owner", func() bool {
+		_, err := cfgs.Get(ctx, "dependent", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}

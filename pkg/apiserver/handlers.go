@@ -528,7 +528,10 @@ func (s *Server) create(ctx context.Context, k *Kind, obj runtime.Object, user a
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(m.OwnerReferences) > 0 {
+		if len(m.OwnerReferences) > 0 && s.ownersInFlux(m.Namespace, m.OwnerReferences) {
+			// Its owner is gone already, or going (a foreground deletion
+			// waits for it); an owner deleted after this look queues its
+			// own pass, which sees this object stored.
 			s.gc.Add(gcKey)
 		}
 		return obj, warns, nil
@@ -686,10 +689,23 @@ func (s *Server) update(ctx context.Context, req request, obj, cur runtime.Objec
 	if err != nil {
 		return nil, nil, storeErr(k, m.Name, err)
 	}
-	if len(m.OwnerReferences) > 0 || len(om.OwnerReferences) > 0 || m.DeletionTimestamp != nil {
+	if gcRelevant(om, m) {
 		s.gc.Add(gcKey)
 	}
 	return obj, warns, nil
+}
+
+// gcRelevant tells whether an update from old to cur changed what a
+// garbage collector pass decides by: the owner references (an owner added
+// may be gone, one removed may leave none), or the object is being
+// deleted (its finalizers decide when it goes, and foreground deletions
+// wait for it). Any other update, status updates and spec changes of
+// dependents above all, leaves every decision of a pass as it was: a pass
+// reads the whole store, and the controllers' status updates of
+// Configurations, Revisions and Routes would otherwise queue them back to
+// back while Services change. An owner deleted queues its own pass.
+func gcRelevant(old, cur *metav1.ObjectMeta) bool {
+	return cur.DeletionTimestamp != nil || !apiequality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences)
 }
 
 func storeErr(k *Kind, name string, err error) error {

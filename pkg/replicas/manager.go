@@ -169,7 +169,13 @@ type Manager struct {
 	// ctx bounds every goroutine the Manager starts; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // revision loops
+	wg     sync.WaitGroup // revision loops and orphans' stops
+	// loopMu guards every revision's running and loopEnded, and
+	// loopsClosed: no loop starts any more (Close and Detach wait for
+	// m.wg then). It is taken after m.mu and a revision's mu, never
+	// before them.
+	loopMu      sync.Mutex
+	loopsClosed bool
 
 	mu   sync.Mutex
 	revs map[key]*revision
@@ -488,7 +494,8 @@ func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, err
 	}
 	var claimed []string
 	var stale []pod.Status
-	if r == nil {
+	created := r == nil
+	if created {
 		r = newRevision(m, k, rev)
 		claimed, stale = r.claim(m.orphans[k])
 		delete(m.orphans, k)
@@ -496,11 +503,6 @@ func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, err
 			m.pods[id] = r
 		}
 		m.revs[k] = r
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			r.run()
-		}()
 	}
 	m.mu.Unlock()
 	r.trackAdopted(claimed)
@@ -508,7 +510,11 @@ func (m *Manager) Ensure(_ context.Context, rev *servingv1.Revision) (State, err
 		r.podChanged(id) // it may have changed since it was listed
 	}
 	m.stopOrphans(stale)
-	return r.update(rev), nil
+	st := r.update(rev)
+	if created {
+		r.poke() // its first reconcile
+	}
+	return st, nil
 }
 
 // stopOrphans stops pods of an earlier process that no revision claims, in
@@ -735,6 +741,7 @@ func (m *Manager) Detach(ctx context.Context) error {
 	}
 	wg.Wait()
 	m.cancel()
+	m.endLoops()
 	done := make(chan struct{})
 	go func() {
 		m.wg.Wait()
@@ -777,8 +784,22 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 	}
 	m.cancel()
+	m.endLoops()
 	m.wg.Wait()
 	return err
+}
+
+// endLoops ends every revision's loop once m.ctx is done: the loops that
+// run see it themselves; the others (at rest, without a goroutine) are
+// started to end, so that every revision's done is closed as before. No
+// loop starts after it.
+func (m *Manager) endLoops() {
+	for _, r := range m.revisions() {
+		r.poke()
+	}
+	m.loopMu.Lock()
+	m.loopsClosed = true
+	m.loopMu.Unlock()
 }
 
 // Labels the Manager puts on its pods.

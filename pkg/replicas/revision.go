@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
@@ -119,7 +121,10 @@ type runSpec struct {
 }
 
 // revision is the Manager's state of one revision. Its loop (run) keeps
-// the number of instances at the wanted scale.
+// the number of instances at the wanted scale. The loop's goroutine runs
+// only while the revision has work (poke starts it; it ends once nothing
+// is left to do and no timer is due), so that a revision at rest, at zero
+// most of all, costs no goroutine.
 type revision struct {
 	m   *Manager
 	key key
@@ -130,6 +135,9 @@ type revision struct {
 	done   chan struct{} // closed when the loop and all instance stops ended
 	wake   chan struct{}
 	wg     sync.WaitGroup // instance stops
+	// running: the loop's goroutine runs; loopEnded: the loop has ended
+	// for good (the revision is gone). Both are guarded by m.loopMu.
+	running, loopEnded bool
 
 	mu       sync.Mutex
 	rev      *servingv1.Revision
@@ -194,7 +202,7 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		log:         m.log.With("namespace", k.namespace, "revision", k.name),
 		done:        make(chan struct{}),
 		wake:        make(chan struct{}, 1),
-		rev:         rev.DeepCopy(),
+		rev:         keep(rev),
 		attempt:     time.Now(),
 		lastRequest: time.Now(),
 		dirty:       map[string]bool{},
@@ -206,7 +214,10 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 	if r.automount {
 		addAPIAccess(r.rev)
 	}
-	r.spec, r.static = runSpecFor(r.rev, m.opts.ExecProbes)
+	// The images' digests are in the status, which r.rev leaves out.
+	withStatus := *r.rev
+	withStatus.Status.ContainerStatuses = rev.Status.ContainerStatuses
+	r.spec, r.static = runSpecFor(&withStatus, m.opts.ExecProbes)
 	r.srcs = sources(&r.rev.Spec.PodSpec)
 	// A revision that was ready before (the daemon restarted) has passed
 	// its deployment probe: it runs what the autoscaler says.
@@ -220,6 +231,18 @@ func newRevision(m *Manager, k key, rev *servingv1.Revision) *revision {
 		r.log.Warn("revision cannot run", "reason", r.static.reason, "message", r.static.message)
 	}
 	return r
+}
+
+// keep is the copy of a Revision that a revision holds: its spec and the
+// metadata that its instances' environment and Pods show (name,
+// namespace, UID, labels, annotations). Its status and the rest of its
+// metadata (owner references, managedFields, ...) are read only when it is
+// first seen (newRevision), so that a revision at rest does not hold them.
+func keep(rev *servingv1.Revision) *servingv1.Revision {
+	k := &servingv1.Revision{ObjectMeta: metav1.ObjectMeta{Namespace: rev.Namespace, Name: rev.Name, UID: rev.UID,
+		Labels: maps.Clone(rev.Labels), Annotations: maps.Clone(rev.Annotations)}}
+	rev.Spec.DeepCopyInto(&k.Spec)
+	return k
 }
 
 // claim takes over instances of an earlier process: those of this revision
@@ -408,7 +431,7 @@ func (r *revision) update(rev *servingv1.Revision) State {
 	desired, known := r.m.opts.Scale.Desired(r.key.namespace, r.key.name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rev = rev.DeepCopy()
+	r.rev = keep(rev)
 	if r.automount {
 		addAPIAccess(r.rev)
 	}
@@ -446,11 +469,44 @@ func (r *revision) inputChanged(src string) {
 	r.poke()
 }
 
+// poke makes the loop run: it wakes the loop's goroutine, or starts one
+// when none runs.
 func (r *revision) poke() {
+	m := r.m
+	m.loopMu.Lock()
+	defer m.loopMu.Unlock()
+	if r.running {
+		// Sent under loopMu: the loop looks for it there before it ends
+		// its goroutine (idle), so no wake is lost.
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if r.loopEnded || m.loopsClosed {
+		return
+	}
+	r.running = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		r.run()
+	}()
+}
+
+// idle ends the loop's goroutine unless the loop was poked meanwhile; it
+// reports whether it ended it.
+func (r *revision) idle() bool {
+	r.m.loopMu.Lock()
+	defer r.m.loopMu.Unlock()
 	select {
-	case r.wake <- struct{}{}:
+	case <-r.wake:
+		return false
 	default:
 	}
+	r.running = false
+	return true
 }
 
 // wantLocked is the number of instances wanted now, given the autoscaler's
@@ -572,44 +628,67 @@ func (r *revision) ranIDs() []string {
 	return ids
 }
 
-// run is the revision's loop. It ends when the revision is removed and its
-// instances are gone, or at once when r.ctx ends.
+// run is the revision's loop (poke starts it). It returns when nothing is
+// left to do until the next poke; it ends for good when the revision is
+// removed and its instances are gone, or at once when r.ctx ends.
 func (r *revision) run() {
+	var timer *time.Timer
 	defer func() {
-		r.cancel()
-		r.wg.Wait()
-		r.mu.Lock()
-		drop := r.dropLogs && len(r.instances) == 0
-		r.mu.Unlock()
-		if drop {
-			r.m.retired(r)
+		if timer != nil {
+			timer.Stop()
 		}
-		r.m.forget(r)
-		close(r.done)
 	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
+		if r.ctx.Err() != nil {
+			r.end()
+			return
+		}
 		next := r.reconcile()
 		r.mu.Lock()
 		finished := r.removing && len(r.instances) == 0
 		r.mu.Unlock()
 		if finished {
+			r.end()
 			return
 		}
-		timer.Stop()
-		var tc <-chan time.Time
-		if next > 0 {
+		if next <= 0 {
+			if r.idle() {
+				return
+			}
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(next)
+		} else {
 			timer.Reset(next)
-			tc = timer.C
 		}
 		select {
 		case <-r.ctx.Done():
+			r.end()
 			return
 		case <-r.wake:
-		case <-tc:
+			timer.Stop()
+		case <-timer.C:
 		}
 	}
+}
+
+// end ends the loop for good: the instance stops end, the logs of a
+// retired revision go, and the Manager forgets it.
+func (r *revision) end() {
+	r.cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	drop := r.dropLogs && len(r.instances) == 0
+	r.mu.Unlock()
+	if drop {
+		r.m.retired(r)
+	}
+	r.m.forget(r)
+	r.m.loopMu.Lock()
+	r.loopEnded, r.running = true, false
+	r.m.loopMu.Unlock()
+	close(r.done)
 }
 
 // inputsRetry is how soon a revision that wants instances looks again
