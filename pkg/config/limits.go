@@ -110,6 +110,12 @@ type MemoryRestLimits struct {
 	// QuietBytesPerSecond: the process is quiet while it allocates less
 	// than this much per second, over the last ten seconds.
 	QuietBytesPerSecond ByteSize `json:"quietBytesPerSecond,omitempty"`
+	// KeepPages: the pages of knbox's binary and of knbox.db stay mapped
+	// at rest. By default knbox unmaps them as it comes to rest
+	// (madvise MADV_DONTNEED): they stay in the page cache, no longer
+	// counted in its RSS, and what it uses after that maps back in with a
+	// minor fault.
+	KeepPages bool `json:"keepPages,omitempty"`
 }
 
 // InstanceAPILimits bound what one instance may hold of the API endpoint

@@ -593,7 +593,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	}
 	inputs.Start(runCtx.Done())
 	done := make(chan struct{}, 7)
-	go func() { defer func() { done <- struct{}{} }(); restGC(runCtx, cfg.Limits.Memory, log) }()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		restGC(runCtx, cfg.Limits.Memory, log, filepath.Join(cfg.DataDir, "knbox.db"))
+	}()
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); _ = as.Run(runCtx) }()

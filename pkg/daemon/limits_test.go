@@ -1,15 +1,21 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/knbox/knbox/pkg/config"
 )
@@ -124,18 +130,43 @@ func TestRestGCOff(t *testing.T) {
 }
 
 // TestRestGCRuns: in this process, a quiet spell sets the rest target and
-// the end of restGC puts the active one back.
+// unmaps the pages of a file mapped for reading (as knbox.db is); the end
+// of restGC puts the active target back.
 func TestRestGCRuns(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(50))
 	t.Setenv("GOGC", "") // restored after the test
 	os.Unsetenv("GOGC")
+	db := filepath.Join(t.TempDir(), "knbox.db")
+	f, err := os.Create(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(bytes.Repeat([]byte{1}, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mapped, err := unix.Mmap(int(f.Fd()), 0, 1<<20, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mapped)
+	sum := 0
+	for i := 0; i < len(mapped); i += 4096 {
+		sum += int(mapped[i])
+	}
+	if sum != 256 || residentKiB(t, db) != 1024 {
+		t.Fatalf("the mapped file: sum %d, %d KiB resident; want 256 and 1024", sum, residentKiB(t, db))
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		restGC(ctx, config.MemoryLimits{GCPercent: 50, Rest: config.MemoryRestLimits{
-			After: config.Duration(time.Millisecond), GCPercent: 10, QuietBytesPerSecond: 1 << 40}}, log)
+			After: config.Duration(time.Millisecond), GCPercent: 10, QuietBytesPerSecond: 1 << 40}}, log, db)
 	}()
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	target := func() uint64 { metrics.Read(gogc); return gogc[0].Value.Uint64() }
@@ -146,9 +177,40 @@ func TestRestGCRuns(t *testing.T) {
 	if got := target(); got != 10 {
 		t.Fatalf("target %d after a quiet spell, want 10", got)
 	}
+	// The pages go as the target drops: give the release a moment.
+	for residentKiB(t, db) != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := residentKiB(t, db); got != 0 {
+		t.Errorf("%d KiB of the mapped file still resident at rest, want 0", got)
+	}
 	cancel()
 	<-ended
 	if got := target(); got != 50 {
 		t.Fatalf("target %d after restGC ended, want 50", got)
 	}
+}
+
+// residentKiB is how much of this process's mappings of the file at path
+// is resident, from /proc/self/smaps.
+func residentKiB(t *testing.T, path string) int {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kib, ours := 0, false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			ours = len(f) >= 6 && f[5] == path
+		case ours && len(f) >= 2 && f[0] == "Rss:":
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("smaps: %q", l)
+			}
+			kib += n
+		}
+	}
+	return kib
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/knbox/knbox/pkg/config"
+	"github.com/knbox/knbox/pkg/filepages"
 )
 
 // restPoll is how often the rest policy reads what the process allocated,
@@ -81,15 +82,38 @@ func (g *gcRest) observe(now time.Time, allocated uint64) bool {
 
 // restGC runs limits.memory.rest until ctx ends, unless it is disabled or
 // GOGC is set in the environment (which then decides the target alone).
-func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger) {
+// Coming to rest, it also unmaps the pages of knbox's binary and of files
+// (knbox.db), unless rest.keepPages.
+func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger, files ...string) {
 	if _, ok := os.LookupEnv("GOGC"); ok || m.Rest.Disabled || m.GCPercent <= 0 {
 		return
 	}
+	selfRefreshed := false
 	g := &gcRest{
 		after: m.Rest.After.D(), restPercent: m.Rest.GCPercent, activePercent: m.GCPercent,
 		quietRate:  float64(m.Rest.QuietBytesPerSecond),
 		setPercent: func(p int) { debug.SetGCPercent(p) },
-		release:    debug.FreeOSMemory,
+		release: func() {
+			debug.FreeOSMemory()
+			if m.Rest.KeepPages {
+				return
+			}
+			for _, f := range append([]string{filepages.Self}, files...) {
+				if _, err := filepages.Unmap(f); err != nil {
+					log.Warn("could not unmap a file's pages at rest", "err", err)
+					continue
+				}
+				// The binary's cache as its start read it, once; the
+				// store's at every rest (its commits write it anew).
+				if f == filepages.Self && selfRefreshed {
+					continue
+				}
+				if err := filepages.Refresh(f); err != nil {
+					log.Warn("could not refresh a file's page cache at rest", "err", err)
+				}
+			}
+			selfRefreshed = true
+		},
 	}
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	read := func() uint64 {
@@ -111,8 +135,12 @@ func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger) {
 			return
 		case now := <-t.C:
 			was := g.resting
-			if is := g.observe(now, read()); is != was {
-				log.Debug("garbage collector target changed", "resting", is)
+			// Info: at most one pair of these per quiet spell (After).
+			switch is := g.observe(now, read()); {
+			case is && !was:
+				log.Info("at rest", "gcPercent", g.restPercent, "pagesUnmapped", !m.Rest.KeepPages)
+			case was && !is:
+				log.Info("busy again", "gcPercent", g.activePercent)
 			}
 		}
 	}
