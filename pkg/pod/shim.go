@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/knbox/knbox/pkg/filepages"
 	"github.com/knbox/knbox/pkg/runtime"
 )
 
@@ -108,16 +109,24 @@ func ShimMain(args []string) int {
 	// Started with GOGC=off (see startShim): what it runs must not inherit
 	// it, and its own collector starts with Go's default target once the
 	// start is over.
-	if os.Getenv("GOGC") == "off" {
+	gcOff := os.Getenv("GOGC") == "off"
+	if gcOff {
 		os.Unsetenv("GOGC")
-		time.AfterFunc(shimGCAfter, func() {
+	}
+	time.AfterFunc(shimGCAfter, func() {
+		if gcOff {
 			debug.SetGCPercent(shimGCPercent)
 			// Init's garbage is collected now, at rest, rather than by
 			// the first allocations past the new target: those of a
 			// prepared container's start, on a request's path.
 			goruntime.GC()
-		})
-	}
+		}
+		// The shim is knbox's binary: its start ran every package's
+		// initialisation and mapped some 40 MiB of it, of which it runs
+		// little. It unmaps them (they stay in the page cache, which the
+		// daemon maps too); what it runs later faults back in from there.
+		_, _ = filepages.Unmap(filepages.Self)
+	})
 	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
 	dir := fs.String("dir", "", "the pod's directory (with --idle: the idle shim's own)")
 	logPath := fs.String("log", "", "the pod's log file")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,61 @@ func TestShimGCOffDoesNotLeak(t *testing.T) {
 	if !bytes.Contains(shimEnv, []byte("GOGC=off")) {
 		t.Errorf("the shim did not start with GOGC=off: %q", bytes.ReplaceAll(shimEnv, []byte{0}, []byte{' '}))
 	}
+}
+
+// TestShimUnmapsItsBinary: a shim, which is knbox's binary and ran every
+// package's initialisation, unmaps the pages of it that it mapped read-only
+// once its start is over; what it runs after that maps a few back.
+func TestShimUnmapsItsBinary(t *testing.T) {
+	requireHandler(t, "runc")
+	e := newEnv(t, []string{"runc"})
+	id := uniqueName("unmap")
+	e.run(e.spec(id, "runc", runtimeInfoImage(t)))
+	e.waitStatus(id, time.Minute, "ready", ready)
+	pid := shimState(t, e.dir, id).ShimPid
+	var mapped, resident uint64
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mapped, resident = exeReadOnly(t, pid)
+		if resident*4 < mapped || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("shim %d: %d KiB of its binary mapped read-only, %d KiB resident", pid, mapped, resident)
+	if resident*4 >= mapped {
+		t.Fatalf("shim %d: %d of %d KiB of its binary still resident a minute after its start; want under a quarter", pid, resident, mapped)
+	}
+}
+
+// exeReadOnly is the size of process pid's read-only mappings of its
+// executable and how much of them is resident, in KiB, from smaps.
+func exeReadOnly(t *testing.T, pid int) (mapped, resident uint64) {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			ours = len(f) >= 6 && f[5] == exe && f[1][1] != 'w'
+		case ours && len(f) >= 2 && (f[0] == "Size:" || f[0] == "Rss:"):
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatalf("smaps of %d: %q", pid, l)
+			}
+			if f[0] == "Size:" {
+				mapped += n
+			} else {
+				resident += n
+			}
+		}
+	}
+	return mapped, resident
 }
