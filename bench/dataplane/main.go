@@ -45,6 +45,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +106,11 @@ type options struct {
 	// prepared: knbox keeps a prepared sandbox per revision (its
 	// default); false turns them off, for the figures without.
 	prepared bool
+	// rest: before each cold request, knbox comes to rest
+	// (limits.memory.rest, after 5s here): its collector's target drops
+	// and it hands back its binary's pages, which the request then faults
+	// back in.
+	rest bool
 }
 
 func main() {
@@ -123,6 +129,7 @@ func main() {
 	clients := flag.Int("clients", 4, "parallel clients of the throughput rows (2..32)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "bound on the whole run")
 	coldMethod := flag.String("cold", "idle", `how revisions get to zero: "idle" (no traffic for the stable window + grace period) or "initial-scale" (initial-scale "0")`)
+	rest := flag.Bool("rest", false, "let knbox come to rest (limits.memory.rest.after 5s) before each cold request, and measure the request after it")
 	prepared := flag.Bool("prepared", true, "knbox keeps prepared sandboxes (limits.preparedSandboxes; false: disabled, for the figures without)")
 	flag.Parse()
 	if *serve != "" {
@@ -132,7 +139,7 @@ func main() {
 		}
 		return
 	}
-	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod, prepared: *prepared,
+	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod, prepared: *prepared, rest: *rest,
 		tables: map[string]bool{}, rounds: *rounds, duration: *duration, wrk: *wrkBin, nginx: *nginxBin}
 	for _, t := range strings.Split(*tables, ",") {
 		switch t = strings.TrimSpace(t); t {
@@ -319,6 +326,73 @@ type env struct {
 	kube     kubernetes.Interface
 	// router sends every request to knbox's router whatever the URL's host.
 	router *http.Client
+	// rests is how many times knbox had come to rest (its log's "at rest")
+	// when the last cold request was sent.
+	rests int
+}
+
+// allocRate is what knbox allocates per second, from its /metrics over
+// five seconds, for the message of a rest that did not come.
+func (e *env) allocRate(ctx context.Context) string {
+	read := func() (float64, error) {
+		raw, err := e.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(l, "go_memstats_alloc_bytes_total "); ok {
+				return strconv.ParseFloat(strings.TrimSpace(v), 64)
+			}
+		}
+		return 0, fmt.Errorf("no go_memstats_alloc_bytes_total in /metrics")
+	}
+	a, err := read()
+	if err != nil {
+		return err.Error()
+	}
+	time.Sleep(5 * time.Second)
+	b, err := read()
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%.0f KiB/s", (b-a)/5/1024)
+}
+
+// awaitRest waits (bounded) until knbox's log says it came to rest again
+// since the last cold request. A cold request alone may not end a rest
+// (it allocates little); then a burst of API reads does, as other work
+// would on a real server.
+func (e *env) awaitRest(ctx context.Context) error {
+	log := func() string {
+		raw, _ := os.ReadFile(filepath.Join(e.dir, "knbox.log"))
+		return string(raw)
+	}
+	count := func() int { return strings.Count(log(), `msg="at rest"`) }
+	resting := func() bool {
+		l := log()
+		return strings.LastIndex(l, `msg="at rest"`) > strings.LastIndex(l, `msg="busy again"`)
+	}
+	if e.rests > 0 && count() == e.rests && resting() {
+		err := poll(ctx, time.Minute, 0, "knbox busy again", func() (bool, error) {
+			for i := 0; i < 20; i++ {
+				if _, err := e.serving.ServingV1().Revisions(namespace).List(ctx, metav1.ListOptions{}); err != nil {
+					return false, err
+				}
+			}
+			return !resting(), nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	err := poll(ctx, 2*time.Minute, 250*time.Millisecond, "knbox at rest", func() (bool, error) {
+		return count() > e.rests, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (knbox allocates %s)\nknbox log (tail):\n%s", err, e.allocRate(ctx), e.logTail(20))
+	}
+	e.rests = count()
+	return nil
 }
 
 func run(b *testing.B, o options) (*report, error) {
@@ -401,14 +475,17 @@ func (e *env) startKnbox(ctx context.Context) (stop func(), err error) {
 	}
 	data := filepath.Join(e.dir, "data")
 	cfg := filepath.Join(e.dir, "knbox.yaml")
-	conf := knboxConfig
+	conf := knboxConfig + "limits:\n"
+	if e.o.rest {
+		conf += "  memory:\n    rest:\n      after: 5s\n"
+	}
 	if !e.o.prepared {
-		conf += "limits:\n  preparedSandboxes:\n    disabled: true\n"
+		conf += "  preparedSandboxes:\n    disabled: true\n"
 	} else {
 		// Room for every cold revision's sandbox: the table measures
 		// the prepared path; the budget's own defaults are tested in
 		// package replicas.
-		conf += fmt.Sprintf("limits:\n  preparedSandboxes:\n    count: %d\n    memory: %d\n", e.o.n+4, int64(e.o.n+4)<<27)
+		conf += fmt.Sprintf("  preparedSandboxes:\n    count: %d\n    memory: %d\n", e.o.n+4, int64(e.o.n+4)<<27)
 	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -916,6 +993,9 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 		}
 		hr := row{name: rt + " run --detach of the same bundle by hand"}
 		r := row{name: "router -> " + rt + " (from zero)"}
+		if e.o.rest {
+			r.name = "router -> " + rt + " (from zero, knbox at rest)"
+		}
 		for _, n := range names {
 			hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
 			d, err := hand.once(hctx)
@@ -932,6 +1012,11 @@ func (e *env) cold(ctx context.Context, rep *report) error {
 			}
 			if reps[revs[n]] != 0 {
 				return fmt.Errorf("%s has %d instances before its cold request", revs[n], reps[revs[n]])
+			}
+			if e.o.rest {
+				if err := e.awaitRest(ctx); err != nil {
+					return err
+				}
 			}
 			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			d, err = timedGet(rctx, e.router, "http://"+hosts[n]+path)
