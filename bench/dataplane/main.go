@@ -111,6 +111,10 @@ type options struct {
 	// and it hands back its binary's pages, which the request then faults
 	// back in.
 	rest bool
+	// keepPages: with rest, limits.memory.rest.keepPages (the binary and
+	// knbox.db stay mapped), to tell the pages' share of a cold start
+	// after a rest from the collector's.
+	keepPages bool
 }
 
 func main() {
@@ -130,6 +134,7 @@ func main() {
 	timeout := flag.Duration("timeout", 20*time.Minute, "bound on the whole run")
 	coldMethod := flag.String("cold", "idle", `how revisions get to zero: "idle" (no traffic for the stable window + grace period) or "initial-scale" (initial-scale "0")`)
 	rest := flag.Bool("rest", false, "let knbox come to rest (limits.memory.rest.after 5s) before each cold request, and measure the request after it")
+	keepPages := flag.Bool("keep-pages", false, "with -rest: limits.memory.rest.keepPages (knbox's binary and knbox.db stay mapped at rest)")
 	prepared := flag.Bool("prepared", true, "knbox keeps prepared sandboxes (limits.preparedSandboxes; false: disabled, for the figures without)")
 	flag.Parse()
 	if *serve != "" {
@@ -139,7 +144,7 @@ func main() {
 		}
 		return
 	}
-	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod, prepared: *prepared, rest: *rest,
+	o := options{n: *n, requests: *requests, clients: *clients, timeout: *timeout, coldMethod: *coldMethod, prepared: *prepared, rest: *rest, keepPages: *keepPages,
 		tables: map[string]bool{}, rounds: *rounds, duration: *duration, wrk: *wrkBin, nginx: *nginxBin}
 	for _, t := range strings.Split(*tables, ",") {
 		switch t = strings.TrimSpace(t); t {
@@ -478,6 +483,9 @@ func (e *env) startKnbox(ctx context.Context) (stop func(), err error) {
 	conf := knboxConfig + "limits:\n"
 	if e.o.rest {
 		conf += "  memory:\n    rest:\n      after: 5s\n"
+		if e.o.keepPages {
+			conf += "      keepPages: true\n"
+		}
 	}
 	if !e.o.prepared {
 		conf += "  preparedSandboxes:\n    disabled: true\n"
