@@ -115,26 +115,7 @@ func residentExe(t *testing.T) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kib uint64
-	ours := false
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			ours = len(f) >= 6 && f[5] == exe && f[1][1] != 'w'
-		case ours && len(f) >= 2 && f[0] == "Rss:":
-			n, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				t.Fatalf("smaps: %q", l)
-			}
-			kib += n
-		}
-	}
-	return kib
+	return resident(t, exe, true)
 }
 
 // TestRefresh: after Unmap and Refresh, touching one page of a mapped
@@ -185,11 +166,11 @@ func TestRefresh(t *testing.T) {
 	if bytes.Contains(vec, []byte{0}) {
 		t.Fatalf("%d of %d pages cached 30s after Refresh", len(vec)-bytes.Count(vec, []byte{0}), len(vec))
 	}
-	if got := residentOf(t, path); got != 0 {
+	if got := resident(t, path, false); got != 0 {
 		t.Fatalf("%d KiB mapped after Unmap, want 0", got)
 	}
 	sum += int(m[1<<21])
-	if got := residentOf(t, path); got == 0 || got > 64 {
+	if got := resident(t, path, false); got == 0 || got > 64 {
 		t.Fatalf("one page touched after Refresh maps %d KiB, want 4..64", got)
 	}
 	if sum != 1025 {
@@ -197,8 +178,9 @@ func TestRefresh(t *testing.T) {
 	}
 }
 
-// residentOf is the resident KiB of this process's mappings of path.
-func residentOf(t *testing.T, path string) uint64 {
+// resident is the resident KiB of this process's mappings of path (only
+// the read-only ones with readOnly), from /proc/self/smaps.
+func resident(t *testing.T, path string, readOnly bool) uint64 {
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +191,7 @@ func residentOf(t *testing.T, path string) uint64 {
 		f := strings.Fields(l)
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			ours = len(f) >= 6 && f[5] == path
+			ours = len(f) >= 6 && f[5] == path && (!readOnly || f[1][1] != 'w')
 		case ours && len(f) >= 2 && f[0] == "Rss:":
 			n, err := strconv.ParseUint(f[1], 10, 64)
 			if err != nil {
