@@ -1,7 +1,7 @@
 // Package filepages unmaps the pages of files that this process maps
 // read-only and no longer uses, which count in its RSS while mapped. Its
-// own executable first: every package's
-// initialisation touches its own code and data, and the kernel maps the
+// own executable first: every package's initialisation touches its own
+// code and data, and the kernel maps the
 // 64 KiB around each page touched (fault-around), so a Go binary of 77 MB
 // has some 40 MiB of itself resident after its start, most of which it
 // never runs again. A database file mapped for reading (bbolt's) keeps
@@ -79,32 +79,43 @@ const Self = "/proc/self/exe"
 // file's cache is, and what the process still uses maps back in from
 // there with a minor fault. It returns how many bytes of mappings it
 // advised.
-func Unmap(path string) (uint64, error) { return advise(path, unix.MADV_DONTNEED) }
-
-func advise(path string, advice int) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("the pages of %s: %w", path, err)
-	}
-	b, err := os.ReadFile("/proc/self/maps")
+func Unmap(path string) (uint64, error) {
+	maps, err := readOnlyMappings(path)
 	if err != nil {
-		return 0, fmt.Errorf("the pages of %s: %w", path, err)
-	}
-	maps, err := parseMaps(b)
-	if err != nil {
-		return 0, fmt.Errorf("the pages of %s: %w", path, err)
+		return 0, err
 	}
 	var advised uint64
 	for _, m := range maps {
-		if m.writable || m.inode != st.Ino || m.dev != st.Dev {
-			continue
-		}
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), uintptr(advice)); errno != 0 {
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), unix.MADV_DONTNEED); errno != 0 {
 			return advised, fmt.Errorf("the pages of %s: madvise %#x-%#x: %w", path, m.start, m.end, errno)
 		}
 		advised += m.end - m.start
 	}
 	return advised, nil
+}
+
+// readOnlyMappings are this process's read-only mappings of the file at
+// path, found by its device and inode in /proc/self/maps.
+func readOnlyMappings(path string) ([]mapping, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("the pages of %s: %w", path, err)
+	}
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("the pages of %s: %w", path, err)
+	}
+	maps, err := parseMaps(b)
+	if err != nil {
+		return nil, fmt.Errorf("the pages of %s: %w", path, err)
+	}
+	ours := maps[:0]
+	for _, m := range maps {
+		if !m.writable && m.inode == st.Ino && m.dev == st.Dev {
+			ours = append(ours, m)
+		}
+	}
+	return ours, nil
 }
 
 // Refresh reads the file at path into the page cache afresh: what no
