@@ -443,3 +443,82 @@ func (e *env) keptAlive(ns, rev string) int {
 	}
 	return n
 }
+
+// TestFastPathRequestWhileServing: a request that arrives while the one
+// before it is at the instance (the client pipelines after a pause) is
+// served, though the connection's wait for it starts without a read.
+func TestFastPathRequestWhileServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	g := newGate(t)
+	arrived := make(chan struct{}, 2)
+	host := e.service("default", "w", "w-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		switch r.URL.Path {
+		case "/slow":
+			g.wait(r.Context())
+		case "/mid":
+			time.Sleep(watchAfter / 2)
+		}
+		fmt.Fprint(w, r.URL.Path)
+	}))
+	for _, first := range []string{"/slow", "/mid"} {
+		// Twice: once with the instance slower than the watch's start
+		// (the client is then watched through another descriptor), once
+		// answering before it.
+		br, conn := e.raw(t, "GET "+first+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		<-arrived
+		if first == "/slow" {
+			time.Sleep(2 * watchAfter)
+		}
+		if _, err := io.WriteString(conn, "GET /second HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if first == "/slow" {
+			time.Sleep(10 * time.Millisecond) // the second request's bytes are there before the first's answer
+			g.open()
+		}
+		for _, want := range []string{first, "/second"} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("want %q: %v", want, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if string(b) != want {
+				t.Errorf("got %q, want %q", b, want)
+			}
+		}
+		<-arrived
+	}
+}
+
+// TestServerCloseWithRequestAtInstance: Close ends a connection whose
+// request waits for the instance at once, not when the instance answers.
+func TestServerCloseWithRequestAtInstance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	g := newGate(t)
+	arrived := make(chan struct{})
+	host := e.service("default", "c", "c-1", RevisionConfig{}, backend(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		g.wait(r.Context())
+	}))
+	br, _ := e.raw(t, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	<-arrived
+	closed := make(chan error, 1)
+	go func() { closed <- e.srv.server.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the request at the instance")
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("the client read a byte after Close")
+	}
+	g.open()
+	<-e.srv.done
+	e.srv.done <- http.ErrServerClosed
+}

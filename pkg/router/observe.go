@@ -79,6 +79,7 @@ func (sc *serverConn) observe(t *target, rv *revision, instance string, code int
 	}
 	info := &sc.doneInfo
 	sc.info(info, t, rv, start)
+	info.Duration = time.Since(start)
 	info.Instance, info.Code, info.QueueWait, info.ColdStart = instance, code, queued, cold
 	o.ObserveRequest(info)
 	*info = RequestInfo{}
@@ -97,7 +98,7 @@ func (sc *serverConn) observeCall(fc *fastCall) {
 	}
 	info.Code, info.QueueWait, info.ColdStart = fc.status, fc.queued, fc.cold
 	info.RequestBytes, info.ResponseBytes = fc.reqBytes, fc.resBytes
-	info.Duration = time.Since(fc.start)
+	info.Duration = fc.end.Sub(fc.start)
 	o.ObserveRequest(info)
 	*info = RequestInfo{}
 }
@@ -105,7 +106,7 @@ func (sc *serverConn) observeCall(fc *fastCall) {
 // info describes the request in sc.head in *info; the request's own
 // strings only if the observer wants them.
 func (sc *serverConn) info(info *RequestInfo, t *target, rv *revision, start time.Time) {
-	*info = RequestInfo{Proto: "HTTP/1.1", Start: start, Duration: time.Since(start)}
+	*info = RequestInfo{Proto: "HTTP/1.1", Start: start}
 	if t != nil {
 		info.Namespace, info.Route = t.namespace, t.route
 	}

@@ -89,13 +89,13 @@ type connPool struct {
 }
 
 // get returns an idle connection, or nil.
-func (p *connPool) get() *upConn {
+func (p *connPool) get(now time.Time) *upConn {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		uc := p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if time.Since(uc.idleAt) < idleConnTimeout {
+		if now.Sub(uc.idleAt) < idleConnTimeout {
 			p.mu.Unlock()
 			uc.take()
 			return uc

@@ -190,8 +190,7 @@ func (rv *revision) refresh(force bool) {
 // caller then calls finish exactly once, unless the error is errForgotten).
 // onWait, if not nil, is called when the request starts to wait; cold
 // says it waited for a revision with no ready instance.
-func (rv *revision) acquire(ctx context.Context, exclude []*endpoint, arrive bool, wait time.Duration, maxQueue int, onWait func()) (_ *endpoint, cold bool, _ error) {
-	now := time.Now()
+func (rv *revision) acquire(ctx context.Context, now time.Time, exclude []*endpoint, arrive bool, wait time.Duration, maxQueue int, onWait func()) (_ *endpoint, cold bool, _ error) {
 	rv.mu.Lock()
 	if rv.forgotten {
 		rv.mu.Unlock()

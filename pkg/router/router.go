@@ -268,7 +268,7 @@ func (r *Router) serve(t *target, rv *revision, cfg RevisionConfig, w http.Respo
 		wait = DefaultActivationTimeout
 	}
 	ctx := req.Context()
-	ep, cold, err := rv.acquire(ctx, nil, true, wait, r.maxQueue, nil)
+	ep, cold, err := rv.acquire(ctx, time.Now(), nil, true, wait, r.maxQueue, nil)
 	if errors.Is(err, errForgotten) {
 		return false
 	}
@@ -304,7 +304,7 @@ func (r *Router) serve(t *target, rv *revision, cfg RevisionConfig, w http.Respo
 		if attempt == maxAttempts || c.body.read() {
 			break
 		}
-		ep, _, err := rv.acquire(ctx, tried, false, wait, r.maxQueue, nil)
+		ep, _, err := rv.acquire(ctx, time.Now(), tried, false, wait, r.maxQueue, nil)
 		if errors.Is(err, errNoOther) {
 			break
 		}

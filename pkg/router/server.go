@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -226,7 +228,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	for sc := range s.conns {
 		sc.state.Store(connClosed)
-		sc.c.Close()
+		sc.close()
 	}
 	s.mu.Unlock()
 	return s.fallback.Close()
@@ -248,7 +250,7 @@ func (s *Server) closeIdle() bool {
 	defer s.mu.Unlock()
 	for sc := range s.conns {
 		if sc.state.CompareAndSwap(connIdle, connClosed) {
-			sc.c.Close()
+			sc.close()
 		}
 	}
 	return len(s.conns) == 0
@@ -377,8 +379,12 @@ var aLongTimeAgo = time.Unix(1, 0)
 // connection in the background, as net/http's server does for every
 // request. It runs only for requests that wait, and only while they wait.
 type watcher struct {
-	sc      *serverConn
-	done    chan struct{}
+	sc   *serverConn
+	done chan struct{}
+	// file, when the connection is held (serveHeld), is a duplicate of
+	// its descriptor that the watcher reads: the held one's reads are
+	// the serving goroutine's until the request ends.
+	file    *os.File
 	n       int   // bytes read (a pipelined request), into sc.buf[sc.wpos:]
 	err     error // the read's error
 	stopped atomic.Bool
@@ -393,10 +399,21 @@ func (sc *serverConn) startWatch(onGone func()) *watcher {
 		return nil
 	}
 	w := &watcher{sc: sc, done: make(chan struct{}), onGone: onGone}
+	read := sc.c.Read
+	if sc.held {
+		f, err := dupSocket(sc.heldFD)
+		if err != nil {
+			// Out of descriptors: this request goes on unwatched (a
+			// client that leaves is noticed when its answer is written).
+			return nil
+		}
+		w.file, read = f, f.Read
+		sc.drained = false // what the watcher reads is buffered
+	}
 	sc.watch = w
 	go func() {
 		defer close(w.done)
-		w.n, w.err = sc.c.Read(sc.buf[sc.wpos:])
+		w.n, w.err = read(sc.buf[sc.wpos:])
 		if w.n == 0 && w.err != nil && !w.stopped.Load() {
 			w.onGone()
 		}
@@ -413,13 +430,29 @@ func (sc *serverConn) stopWatch() (gone bool) {
 	}
 	sc.watch = nil
 	w.stopped.Store(true)
-	sc.setReadDeadline(aLongTimeAgo)
-	<-w.done
-	sc.setReadDeadline(time.Time{})
+	if w.file != nil {
+		_ = w.file.SetReadDeadline(aLongTimeAgo)
+		<-w.done
+		w.file.Close()
+	} else {
+		sc.setReadDeadline(aLongTimeAgo)
+		<-w.done
+		sc.setReadDeadline(time.Time{})
+	}
 	sc.wpos += w.n
 	if w.n > 0 {
 		return false
 	}
 	var ne net.Error
 	return w.err != nil && !(errors.As(w.err, &ne) && ne.Timeout() && w.stopped.Load())
+}
+
+// dupSocket duplicates a non-blocking socket's descriptor as a file that
+// Go's network poller waits on (with deadlines).
+func dupSocket(fd uintptr) (*os.File, error) {
+	nfd, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return nil, os.NewSyscallError("fcntl", e)
+	}
+	return os.NewFile(nfd, "client"), nil
 }
