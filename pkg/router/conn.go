@@ -42,6 +42,7 @@ type serverConn struct {
 	isHead    bool      // the request is HEAD
 	waited    bool      // the request in progress waited for a slot
 	lastEnd   time.Time // when the last response ended, if known
+	headBy    time.Time // when the head being read must be complete; zero between heads
 
 	// The hold (serveHeld).
 	held     bool               // the serving goroutine is inside it
@@ -142,6 +143,7 @@ func (sc *serverConn) readHead() parseResult {
 			}
 			res := parseRequestHead(sc.buf[sc.rpos:sc.wpos], &sc.head)
 			if res != headIncomplete {
+				sc.headBy = time.Time{}
 				return res
 			}
 			if sc.wpos == len(sc.buf) {
@@ -453,6 +455,9 @@ func (sc *serverConn) heldStep(fd uintptr) bool {
 				return true
 			}
 			res := parseRequestHead(sc.buf[sc.rpos:sc.wpos], &sc.head)
+			if res != headIncomplete {
+				sc.headBy = time.Time{}
+			}
 			switch {
 			case res == headOK && sc.bodyUnbuffered():
 				sc.heldRes = headOK
@@ -505,23 +510,31 @@ func (sc *serverConn) heldStep(fd uintptr) bool {
 
 // armReadDeadline sets the read deadline of a wait for a request: the
 // idle timeout while none has begun, moved only when it has come closer
-// than idleSlack (one timer change per many requests), else the time
-// left to read the head.
+// than idleSlack (one timer change per many requests); once a head has
+// begun, the time left to read it, counted from its first byte and not
+// restarted by later reads, so a client sending a byte at a time cannot
+// hold the connection longer than one head timeout (as net/http's
+// ReadHeaderTimeout).
 func (sc *serverConn) armReadDeadline(idle bool) {
 	now := sc.lastEnd // as good as the clock when a response just ended
 	sc.lastEnd = time.Time{}
-	if now.IsZero() || !idle {
-		now = time.Now()
-	}
 	if idle {
+		if now.IsZero() {
+			now = time.Now()
+		}
 		if d := sc.s.idleTimeout(); sc.rdl.Before(now.Add(d - idleSlack(d))) {
 			sc.setReadDeadline(now.Add(d))
 		}
 		return
 	}
-	d := sc.s.readHeaderTimeout()
-	if rt := sc.s.ReadTimeout; rt > 0 && rt < d {
-		d = rt
+	if sc.headBy.IsZero() {
+		d := sc.s.readHeaderTimeout()
+		if rt := sc.s.ReadTimeout; rt > 0 && rt < d {
+			d = rt
+		}
+		sc.headBy = time.Now().Add(d)
 	}
-	sc.setReadDeadline(now.Add(d))
+	if !sc.rdl.Equal(sc.headBy) {
+		sc.setReadDeadline(sc.headBy)
+	}
 }

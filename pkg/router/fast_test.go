@@ -522,3 +522,82 @@ func TestServerCloseWithRequestAtInstance(t *testing.T) {
 	<-e.srv.done
 	e.srv.done <- http.ErrServerClosed
 }
+
+// opaqueListener hides the TCP connection beneath its connections, so
+// the server reads them with net.Conn's Read (readHead), not the hold.
+type opaqueListener struct{ net.Listener }
+
+func (l opaqueListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	return struct{ net.Conn }{c}, err
+}
+
+// TestFastPathHeadTimeoutFromFirstByte checks that the head timeout
+// counts from a head's first byte: a client sending a byte at a time is
+// cut off after one timeout, not one timeout per byte. The client sends
+// at most 150 bytes, one per 20 ms (3 s, 15 timeouts); with the timeout
+// restarted by each read, it would never be cut off.
+func TestFastPathHeadTimeoutFromFirstByte(t *testing.T) {
+	t.Parallel()
+	for _, opaque := range []bool{false, true} {
+		t.Run(fmt.Sprintf("opaque=%v", opaque), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Options{})
+			host := e.service("default", "s", "s-1", RevisionConfig{}, backend(t, func(http.ResponseWriter, *http.Request) {}))
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &Server{Router: e.router, ReadHeaderTimeout: 200 * time.Millisecond}
+			done := make(chan error, 1)
+			go func() {
+				if opaque {
+					done <- srv.Serve(opaqueListener{ln})
+				} else {
+					done <- srv.Serve(ln)
+				}
+			}()
+			t.Cleanup(func() { _ = srv.Close(); <-done })
+
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			// A first request, so the slow head is a later one on a
+			// connection the server has already served.
+			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+
+			slow := "GET / HTTP/1.1\r\nHost: " + host + "\r\nX-Pad: " + strings.Repeat("a", 200)
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				_, _ = io.Copy(io.Discard, br) // until the server closes
+			}()
+			for i := 0; i < 150; i++ {
+				select {
+				case <-closed:
+					if i < 2 {
+						t.Fatalf("closed after %d bytes, before the timeout could pass", i)
+					}
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte{slow[i]}); err != nil {
+					return // the server closed
+				}
+			}
+			t.Fatal("the server kept reading a head sent a byte at a time for 15 head timeouts")
+		})
+	}
+}
