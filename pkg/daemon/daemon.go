@@ -36,7 +36,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
@@ -817,12 +816,6 @@ func randomToken() (string, error) {
 		return "", fmt.Errorf("generate internal token: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-// internalConfig is the client configuration of knbox's own components.
-func internalConfig(apiURL string, caPEM []byte, token string) *rest.Config {
-	return &rest.Config{Host: apiURL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
-		QPS: 200, Burst: 400, Timeout: 30 * time.Second, UserAgent: "knbox", WarningHandler: rest.NoWarnings{}}
 }
 
 // newController builds the reconcilers, talking to this server over
