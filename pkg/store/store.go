@@ -93,6 +93,9 @@ const (
 	Added    EventType = "ADDED"
 	Modified EventType = "MODIFIED"
 	Deleted  EventType = "DELETED"
+	// Progress is no change: every event of the watch up to
+	// Entry.Revision has been sent. Only WatchProgress sends it.
+	Progress EventType = "PROGRESS"
 )
 
 // Event is one change. The byte slices of an event are shared between all

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -18,9 +19,10 @@ import (
 // the watch starts (some 130 KiB for 1000 events), and every informer and
 // API watch holds one for its life, idle or not.
 type watcher struct {
-	f    filter
-	from int64 // only events with a revision > from are delivered
-	out  chan Event
+	f     filter
+	from  int64         // only events with a revision > from are delivered
+	every time.Duration // how often to look for progress to report; 0: never
+	out   chan Event
 	// wake has a token when queue or dropped changed since the goroutine
 	// last looked.
 	wake chan struct{}
@@ -105,6 +107,26 @@ const logChunkBytes = 4 << 20
 // WatchBuffer events or WatchBufferBytes behind, or on Close; the caller
 // re-watches from the last revision it saw.
 func (s *Store) Watch(ctx context.Context, resource, namespace string, from int64, initial bool) (<-chan Event, error) {
+	return s.watch(ctx, resource, namespace, from, initial, 0)
+}
+
+// WatchProgress is Watch that also reports progress, as etcd's progress
+// notifications do: every interval, if the store's revision moved since
+// the watch's start or its last Progress event, and nothing of the watch
+// is waiting to be sent, it sends a Progress event with the store's
+// revision (also after the watch's own events: the receiver may have
+// filtered them, as the API server's selectors do). A
+// client that resumes from that revision misses nothing, and resumes
+// from the ring instead of reading the file's log from where the last
+// event of its resource happened to be.
+func (s *Store) WatchProgress(ctx context.Context, resource, namespace string, from int64, initial bool, every time.Duration) (<-chan Event, error) {
+	if every <= 0 {
+		return nil, fmt.Errorf("watch %s: progress interval %v: must be positive", resource, every)
+	}
+	return s.watch(ctx, resource, namespace, from, initial, every)
+}
+
+func (s *Store) watch(ctx context.Context, resource, namespace string, from int64, initial bool, every time.Duration) (<-chan Event, error) {
 	if from < 0 {
 		return nil, fmt.Errorf("watch %s from %d: negative revision", resource, from)
 	}
@@ -153,10 +175,11 @@ func (s *Store) Watch(ctx context.Context, resource, namespace string, from int6
 		}
 	}
 	w := &watcher{
-		f:    f,
-		from: from,
-		out:  make(chan Event),
-		wake: make(chan struct{}, 1),
+		f:     f,
+		from:  from,
+		every: every,
+		out:   make(chan Event),
+		wake:  make(chan struct{}, 1),
 	}
 	set := s.watchers[resource]
 	if set == nil {
@@ -213,8 +236,22 @@ func (s *Store) run(ctx context.Context, w *watcher, tx *bolt.Tx, initial bool, 
 			return
 		}
 	}
+	var tick <-chan time.Time
+	reported := w.from // the last revision a Progress event reported
+	if w.every > 0 {
+		t := time.NewTicker(w.every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
+		case <-tick:
+			if rev, ok := s.progress(w); ok && rev > reported {
+				if !send(Event{Type: Progress, Entry: Entry{Revision: rev}}) {
+					return
+				}
+				reported = rev
+			}
 		case <-w.wake:
 			for {
 				ev, ok, dropped := w.next()
@@ -330,6 +367,18 @@ func strippedMatch(tx *bolt.Tx, f filter, from, until int64) (int64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// progress returns the store's revision and whether every event of w up to
+// it has been taken by w's goroutine (which sends what it takes before it
+// looks again). Under mu no write is between its commit and its dispatch.
+func (s *Store) progress(w *watcher) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev := s.rev.Load()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return rev, len(w.queue) == 0 && !w.dropped
 }
 
 func (s *Store) unregister(w *watcher) {

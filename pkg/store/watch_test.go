@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -454,5 +455,63 @@ func TestEventsOwnTheirBytes(t *testing.T) {
 	}
 	if ev := recv(t, late); string(ev.Entry.Value) != "first" {
 		t.Fatalf("stored value %q, want %q", ev.Entry.Value, "first")
+	}
+}
+
+// TestWatchProgress: a progress watch reports the store's revision once
+// writes moved it, after its own events too, and not while nothing
+// changes.
+func TestWatchProgress(t *testing.T) {
+	const every = 20 * time.Millisecond
+	s, _ := openTest(t, Options{})
+	mustCreate(t, s, keyA, "a") // 1
+	if _, err := s.WatchProgress(t.Context(), svc, "", 0, false, 0); err == nil {
+		t.Fatal("a zero interval: no error")
+	}
+	ch, err := s.WatchProgress(t.Context(), svc, "", 0, false, every)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := func(when string) {
+		t.Helper()
+		select { // ten intervals, each of which could have reported
+		case ev := <-ch:
+			t.Fatalf("%s: got %s, want nothing", when, short([]Event{ev}))
+		case <-time.After(10 * every):
+		}
+	}
+	quiet("nothing written")
+	mustCreate(t, s, Key{nsRes, "", "n1"}, "") // 2
+	mustCreate(t, s, Key{nsRes, "", "n2"}, "") // 3
+	// A tick between the two writes reports 2 first.
+	for {
+		ev := recv(t, ch)
+		if ev.Type != Progress || ev.Entry.Revision > 3 || ev.Entry.Revision < 2 {
+			t.Fatalf("after other resources' writes: %q, want PROGRESS @2 or @3", short([]Event{ev}))
+		}
+		if ev.Entry.Revision == 3 {
+			break
+		}
+	}
+	quiet("after the progress")
+	mustCreate(t, s, Key{svc, "default", "b"}, "") // 4
+	if got, want := short(recvN(t, ch, 2)), []string{"ADDED b@4", "PROGRESS @4"}; !slices.Equal(got, want) {
+		t.Fatalf("after its own write: %q, want %q", got, want)
+	}
+	quiet("after its own event")
+
+	// A watch from the future reports nothing until the store passes it.
+	future, err := s.WatchProgress(t.Context(), nsRes, "", 6, false, every)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, Key{svc, "default", "c"}, "") // 5
+	if got, want := short(recvN(t, ch, 2)), []string{"ADDED c@5", "PROGRESS @5"}; !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	mustCreate(t, s, Key{svc, "default", "d"}, "") // 6
+	mustCreate(t, s, Key{svc, "default", "e"}, "") // 7
+	if got, want := short(recvN(t, future, 1)), []string{"PROGRESS @7"}; !slices.Equal(got, want) {
+		t.Fatalf("a watch from 6: %q, want %q", got, want)
 	}
 }
