@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +22,7 @@ import (
 	informers "knative.dev/serving/pkg/client/informers/externalversions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/knbox/knbox/pkg/apiserver"
 	"github.com/knbox/knbox/pkg/store"
 )
 
@@ -365,5 +368,87 @@ func TestInformer(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("timed out waiting for %q", w)
 		}
+	}
+}
+
+// TestWatchBookmarksOnlyNews: a watch that allows bookmarks gets one when
+// the store went past revisions its client does not know of (changes its
+// field selector filters out, writes to other resources), and none while
+// nothing changes, so a server at rest does no work for its watches.
+func TestWatchBookmarksOnlyNews(t *testing.T) {
+	const every = 50 * time.Millisecond
+	defer apiserver.SetBookmarkInterval(every)()
+	e := newEnv(t)
+	ctx := context.Background()
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	}
+	first, err := e.kube.CoreV1().ConfigMaps("default").Create(ctx, cm("watched"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", e.url+cmPath+"?watch=true&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dwatched&resourceVersion="+first.ResourceVersion+"&timeoutSeconds=30", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type event struct {
+		Type   string `json:"type"`
+		Object struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"object"`
+	}
+	events := make(chan event, 10)
+	go func() {
+		defer close(events)
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev event
+			if dec.Decode(&ev) != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	quiet := func(when string) {
+		t.Helper()
+		select { // ten intervals: a bookmark each interval would have come
+		case ev := <-events:
+			t.Fatalf("%s: got %s at %s, want nothing", when, ev.Type, ev.Object.Metadata.ResourceVersion)
+		case <-time.After(10 * every):
+		}
+	}
+	atLeast := func(rv, min string) bool {
+		a, err1 := strconv.ParseInt(rv, 10, 64)
+		b, err2 := strconv.ParseInt(min, 10, 64)
+		return err1 == nil && err2 == nil && a >= b
+	}
+	quiet("nothing changed")
+	other, err := e.kube.CoreV1().ConfigMaps("default").Create(ctx, cm("other"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Type != "BOOKMARK" || !atLeast(ev.Object.Metadata.ResourceVersion, other.ResourceVersion) {
+			t.Fatalf("after a change filtered out: got %s at %s, want BOOKMARK at %s or later", ev.Type, ev.Object.Metadata.ResourceVersion, other.ResourceVersion)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no bookmark after a change filtered out")
+	}
+	quiet("after the bookmark")
+	svc, err := e.serving.ServingV1().Services("default").Create(ctx, ksvc("elsewhere", "img"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Type != "BOOKMARK" || !atLeast(ev.Object.Metadata.ResourceVersion, svc.ResourceVersion) {
+			t.Fatalf("after another resource's write: got %s at %s, want BOOKMARK at %s or later", ev.Type, ev.Object.Metadata.ResourceVersion, svc.ResourceVersion)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no bookmark after another resource's write")
 	}
 }
