@@ -594,7 +594,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(a
 	done := make(chan struct{}, 7)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		restGC(runCtx, cfg.Limits.Memory, log, filepath.Join(cfg.DataDir, "knbox.db"))
+		restGC(runCtx, cfg.Limits.Memory, log, st.DropCache, filepath.Join(cfg.DataDir, "knbox.db"))
 	}()
 	go func() { defer func() { done <- struct{}{} }(); mtr.Run(runCtx) }()
 	go func() { defer func() { done <- struct{}{} }(); rt.Run(runCtx) }()

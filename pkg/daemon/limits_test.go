@@ -12,6 +12,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,10 +121,10 @@ func TestRestGCOff(t *testing.T) {
 	ctx := context.Background() // not cancelled: restGC must return by itself
 	m := config.MemoryLimits{GCPercent: 50, Rest: config.MemoryRestLimits{Disabled: true,
 		After: config.Duration(time.Millisecond), GCPercent: 10, QuietBytesPerSecond: 1 << 40}}
-	restGC(ctx, m, log)
+	restGC(ctx, m, log, nil)
 	m.Rest.Disabled = false
 	t.Setenv("GOGC", "77")
-	restGC(ctx, m, log)
+	restGC(ctx, m, log, nil)
 	if got := debug.SetGCPercent(77); got != 77 {
 		t.Fatalf("gcPercent %d, want 77 (unchanged)", got)
 	}
@@ -162,11 +163,12 @@ func TestRestGCRuns(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
+	var dropped atomic.Bool
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		restGC(ctx, config.MemoryLimits{GCPercent: 50, Rest: config.MemoryRestLimits{
-			After: config.Duration(time.Millisecond), GCPercent: 10, QuietBytesPerSecond: 1 << 40}}, log, db)
+			After: config.Duration(time.Millisecond), GCPercent: 10, QuietBytesPerSecond: 1 << 40}}, log, func() { dropped.Store(true) }, db)
 	}()
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	target := func() uint64 { metrics.Read(gogc); return gogc[0].Value.Uint64() }
@@ -183,6 +185,9 @@ func TestRestGCRuns(t *testing.T) {
 	}
 	if got := residentKiB(t, db); got != 0 {
 		t.Errorf("%d KiB of the mapped file still resident at rest, want 0", got)
+	}
+	if !dropped.Load() {
+		t.Error("coming to rest did not drop the caches")
 	}
 	cancel()
 	<-ended

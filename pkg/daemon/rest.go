@@ -82,9 +82,11 @@ func (g *gcRest) observe(now time.Time, allocated uint64) bool {
 
 // restGC runs limits.memory.rest until ctx ends, unless it is disabled or
 // GOGC is set in the environment (which then decides the target alone).
-// Coming to rest, it also unmaps the pages of knbox's binary and of files
-// (knbox.db), unless rest.keepPages.
-func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger, files ...string) {
+// Coming to rest, it calls drop (if not nil: caches to let go of, such as
+// the store's cache of recent events), returns the free memory to the
+// system, and unmaps the pages of knbox's binary and of files (knbox.db),
+// unless rest.keepPages.
+func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger, drop func(), files ...string) {
 	if _, ok := os.LookupEnv("GOGC"); ok || m.Rest.Disabled || m.GCPercent <= 0 {
 		return
 	}
@@ -94,6 +96,9 @@ func restGC(ctx context.Context, m config.MemoryLimits, log *slog.Logger, files 
 		quietRate:  float64(m.Rest.QuietBytesPerSecond),
 		setPercent: func(p int) { debug.SetGCPercent(p) },
 		release: func() {
+			if drop != nil {
+				drop()
+			}
 			debug.FreeOSMemory()
 			if m.Rest.KeepPages {
 				return

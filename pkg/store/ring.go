@@ -87,3 +87,11 @@ func (r *ring) since(dst []Event, from int64, f filter) []Event {
 	}
 	return dst
 }
+
+// clear drops every event held, keeping the revision the next one will
+// have: the ring then holds every event from that revision on.
+func (r *ring) clear() {
+	for r.n > 0 {
+		r.drop()
+	}
+}

@@ -517,3 +517,14 @@ func (s *Store) Watchers() int {
 // Revision is the latest committed revision. A new store is at 0 and its
 // first write gets 1.
 func (s *Store) Revision() int64 { return s.rev.Load() }
+
+// DropCache empties the in-memory cache of recent events (Options.
+// CacheBytes), which later writes fill again; until they do, a watch that
+// resumes from an earlier revision reads those events from the file. For
+// a server at rest, where nothing resumes: the values it held are most of
+// what the store keeps in memory.
+func (s *Store) DropCache() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ring.clear()
+}

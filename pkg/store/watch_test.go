@@ -169,17 +169,23 @@ func TestWatchFromPast(t *testing.T) {
 		name string
 		opts Options
 		from int64
+		drop bool // DropCache after the first writes
 	}{
-		{"from ring", Options{}, 3},
-		{"from bbolt log then ring", Options{ringSize: 2}, 3},
-		{"from oldest retained", Options{EventLogSize: 8, ringSize: 2}, 2},
-		{"from current", Options{}, 10},
+		{"from ring", Options{}, 3, false},
+		{"from bbolt log then ring", Options{ringSize: 2}, 3, false},
+		{"from oldest retained", Options{EventLogSize: 8, ringSize: 2}, 2, false},
+		{"from current", Options{}, 10, false},
+		{"from bbolt log after DropCache", Options{}, 3, true},
+		{"from current after DropCache", Options{}, 10, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, _ := openTest(t, tt.opts)
 			writeSeries(t, s, "default", "o", 10) // revisions 1..10
+			if tt.drop {
+				s.DropCache()
+			}
 			ch, err := s.Watch(t.Context(), svc, "default", tt.from, false)
 			if err != nil {
 				t.Fatal(err)
