@@ -89,8 +89,23 @@ func (c *Controller) collectAll(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	// One pass over the revisions, not one per configuration (each of
+	// which walks every revision of its namespace).
+	all, err := c.revisions.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	type cfgKey struct{ namespace, name string }
+	byCfg := map[cfgKey][]*servingv1.Revision{}
+	for _, r := range all {
+		if name := r.Labels[serving.ConfigurationLabelKey]; name != "" {
+			k := cfgKey{r.Namespace, name}
+			byCfg[k] = append(byCfg[k], r)
+		}
+	}
 	for _, cfg := range cfgs {
-		if err := c.collect(ctx, cfg); err != nil && ctx.Err() == nil {
+		revs := byCfg[cfgKey{cfg.Namespace, cfg.Name}]
+		if err := c.collectFrom(ctx, cfg, revs); err != nil && ctx.Err() == nil {
 			c.log.Warn("revision garbage collection failed", "namespace", cfg.Namespace, "configuration", cfg.Name, "err", err)
 		}
 	}
@@ -115,11 +130,16 @@ func lastActive(rev *servingv1.Revision) time.Time {
 // created and latest ready, and those annotated serving.knative.dev/no-gc:
 // "true" are never collected.
 func (c *Controller) collect(ctx context.Context, cfg *servingv1.Configuration) error {
-	gc := c.opts.GC
 	revs, err := c.revisions.Revisions(cfg.Namespace).List(labels.SelectorFromSet(labels.Set{serving.ConfigurationLabelKey: cfg.Name}))
 	if err != nil {
 		return err
 	}
+	return c.collectFrom(ctx, cfg, revs)
+}
+
+// collectFrom is collect with the configuration's revisions given.
+func (c *Controller) collectFrom(ctx context.Context, cfg *servingv1.Configuration, revs []*servingv1.Revision) error {
+	gc := c.opts.GC
 	var candidates []*servingv1.Revision
 	for _, r := range revs {
 		switch {
