@@ -420,35 +420,30 @@ func TestWatchBookmarksOnlyNews(t *testing.T) {
 		case <-time.After(10 * every):
 		}
 	}
-	atLeast := func(rv, min string) bool {
-		a, err1 := strconv.ParseInt(rv, 10, 64)
-		b, err2 := strconv.ParseInt(min, 10, 64)
-		return err1 == nil && err2 == nil && a >= b
+	// bookmark expects the next event to be a BOOKMARK at rv or later.
+	bookmark := func(when, rv string) {
+		t.Helper()
+		min, _ := strconv.ParseInt(rv, 10, 64)
+		select {
+		case ev := <-events:
+			got, err := strconv.ParseInt(ev.Object.Metadata.ResourceVersion, 10, 64)
+			if ev.Type != "BOOKMARK" || err != nil || got < min {
+				t.Fatalf("%s: got %s at %s, want BOOKMARK at %s or later", when, ev.Type, ev.Object.Metadata.ResourceVersion, rv)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no bookmark", when)
+		}
 	}
 	quiet("nothing changed")
 	other, err := e.kube.CoreV1().ConfigMaps("default").Create(ctx, cm("other"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-events:
-		if ev.Type != "BOOKMARK" || !atLeast(ev.Object.Metadata.ResourceVersion, other.ResourceVersion) {
-			t.Fatalf("after a change filtered out: got %s at %s, want BOOKMARK at %s or later", ev.Type, ev.Object.Metadata.ResourceVersion, other.ResourceVersion)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no bookmark after a change filtered out")
-	}
+	bookmark("after a change filtered out", other.ResourceVersion)
 	quiet("after the bookmark")
 	svc, err := e.serving.ServingV1().Services("default").Create(ctx, ksvc("elsewhere", "img"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-events:
-		if ev.Type != "BOOKMARK" || !atLeast(ev.Object.Metadata.ResourceVersion, svc.ResourceVersion) {
-			t.Fatalf("after another resource's write: got %s at %s, want BOOKMARK at %s or later", ev.Type, ev.Object.Metadata.ResourceVersion, svc.ResourceVersion)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no bookmark after another resource's write")
-	}
+	bookmark("after another resource's write", svc.ResourceVersion)
 }
