@@ -209,7 +209,8 @@ func (e *env) proxies(ctx context.Context, rep *report) error {
 		"loopback of a private network namespace; wrk -t1 for %v per run, %d rounds interleaved (figure by figure, each\n"+
 		"round starting with another target); medians of the rounds, [min..max] after them. CPU per request is the proxy\n"+
 		"processes' own CPU time (utime+stime from /proc/PID/stat, nginx's master and workers) over the requests wrk\n"+
-		"completed. nginx %s: worker_processes auto, upstream keepalive 64, proxy_http_version 1.1, Connection \"\".\n"+
+		"completed; \"/ nginx, paired\" is the median of each round's ratio to nginx's, and the rounds it was lower in.\n"+
+		"nginx %s: worker_processes auto, upstream keepalive 64, proxy_http_version 1.1, Connection \"\".\n"+
 		"queue-proxy: knative.dev/serving %s cmd/queue, containerConcurrency 0, request metrics to Prometheus.\n"+
 		"httputil.ReverseProxy: NewSingleHostReverseProxy on net/http, 64 idle connections per host.\n"+
 		"knbox: router.Server, one Route, the upstream as the revision's one instance.\n"+
@@ -527,6 +528,36 @@ func medianOf(rs []wrkResult, v func(wrkResult) float64) (med, lo, hi float64) {
 
 func us(v float64) string { return fmt.Sprintf("%.0fµs", v/1e3) }
 
+func us1(v float64) string { return fmt.Sprintf("%.1fµs", v/1e3) }
+
+// paired compares target with anchor round by round: the median of the
+// ratios of their figures in the same round, and in how many rounds the
+// target's was lower. The rounds run minutes apart on a shared machine,
+// so a drift of its load moves both figures of a round together, which
+// the ratio of two medians does not cancel.
+func (pr *proxyReport) paired(fig, target, anchor string, v func(wrkResult) float64) string {
+	ts, as := pr.results[fig][target], pr.results[fig][anchor]
+	var rs []float64
+	lower := 0
+	for i := range min(len(ts), len(as)) {
+		if a := v(as[i]); a > 0 {
+			rs = append(rs, v(ts[i])/a)
+			if v(ts[i]) < a {
+				lower++
+			}
+		}
+	}
+	if len(rs) == 0 {
+		return "-"
+	}
+	sort.Float64s(rs)
+	m := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		m = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return fmt.Sprintf("%.2fx, lower in %d/%d", m, lower, len(rs))
+}
+
 func (pr *proxyReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\nProxies: knbox's router next to the anchors, same upstream, same run\n%s\n", pr.note)
 	cpu := func(r wrkResult) float64 { return float64(r.cpuPerRequest()) }
@@ -547,15 +578,16 @@ func (pr *proxyReport) print(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		switch f.name {
 		case "cpu":
-			fmt.Fprintf(tw, "target\treq/s\tCPU per request\t/ nginx\t/ queue-proxy\t/ ReverseProxy\t\n")
+			fmt.Fprintf(tw, "target\treq/s\tCPU per request\t/ nginx\t/ nginx, paired\t/ queue-proxy\t/ ReverseProxy\t\n")
 			for _, t := range pr.targets {
 				if t == "direct" {
-					fmt.Fprintf(tw, "%s\t%s\t-\t\t\t\t\n", t, span(f.name, t, rate, num))
+					fmt.Fprintf(tw, "%s\t%s\t-\t\t\t\t\t\n", t, span(f.name, t, rate, num))
 					continue
 				}
 				c := med(f.name, t, cpu)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", t, span(f.name, t, rate, num), span(f.name, t, cpu, us),
-					ratio(c, med(f.name, "nginx", cpu)), ratio(c, med(f.name, "queue-proxy", cpu)), ratio(c, med(f.name, "httputil.ReverseProxy", cpu)))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t, span(f.name, t, rate, num), span(f.name, t, cpu, us1),
+					ratio(c, med(f.name, "nginx", cpu)), pr.paired(f.name, t, "nginx", cpu),
+					ratio(c, med(f.name, "queue-proxy", cpu)), ratio(c, med(f.name, "httputil.ReverseProxy", cpu)))
 			}
 		case "p50":
 			fmt.Fprintf(tw, "target\tp50\tp99\tp50 / direct\tp50 / nginx\t\n")
