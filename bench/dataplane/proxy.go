@@ -518,12 +518,16 @@ func medianOf(rs []wrkResult, v func(wrkResult) float64) (med, lo, hi float64) {
 		xs[i] = v(r)
 	}
 	sort.Float64s(xs)
-	n := len(xs)
-	med = xs[n/2]
+	return medianSorted(xs), xs[0], xs[len(xs)-1]
+}
+
+// medianSorted is the median of sorted, which is not empty.
+func medianSorted(sorted []float64) float64 {
+	n := len(sorted)
 	if n%2 == 0 {
-		med = (xs[n/2-1] + xs[n/2]) / 2
+		return (sorted[n/2-1] + sorted[n/2]) / 2
 	}
-	return med, xs[0], xs[n-1]
+	return sorted[n/2]
 }
 
 func us(v float64) string { return fmt.Sprintf("%.0fµs", v/1e3) }
@@ -540,9 +544,9 @@ func (pr *proxyReport) paired(fig, target, anchor string, v func(wrkResult) floa
 	var rs []float64
 	lower := 0
 	for i := range min(len(ts), len(as)) {
-		if a := v(as[i]); a > 0 {
-			rs = append(rs, v(ts[i])/a)
-			if v(ts[i]) < a {
+		if a, t := v(as[i]), v(ts[i]); a > 0 {
+			rs = append(rs, t/a)
+			if t < a {
 				lower++
 			}
 		}
@@ -551,11 +555,7 @@ func (pr *proxyReport) paired(fig, target, anchor string, v func(wrkResult) floa
 		return "-"
 	}
 	sort.Float64s(rs)
-	m := rs[len(rs)/2]
-	if len(rs)%2 == 0 {
-		m = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
-	}
-	return fmt.Sprintf("%.2fx, lower in %d/%d", m, lower, len(rs))
+	return fmt.Sprintf("%.2fx, lower in %d/%d", medianSorted(rs), lower, len(rs))
 }
 
 func (pr *proxyReport) print(w io.Writer) {
